@@ -1,0 +1,8 @@
+// Package bpf holds tokenwire's BPF C programs and the Go bindings and
+// objects that bpf2go generates from them.
+//
+// The generated files are committed so that a plain `go build` (and an ocb
+// gomod entry) works without clang; `make generate` reproduces them.
+package bpf
+
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -target amd64 -type handshake_event -type tw_counter -type tw_role -type tw_handshake_flag Handshake handshake.bpf.c -- -I./headers -I.

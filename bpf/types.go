@@ -1,0 +1,30 @@
+package bpf
+
+// HandshakeEvent is the record the handshake programs write to their ring
+// buffer (struct handshake_event in tokenwire.h).
+type HandshakeEvent = HandshakeHandshakeEvent
+
+// Counter indexes the per-CPU counter arrays (enum tw_counter).
+type Counter = HandshakeTwCounter
+
+// Counter indexes, named as in tokenwire.h.
+const (
+	CounterRingbufLost        = HandshakeTwCounterTW_COUNTER_RINGBUF_LOST
+	CounterHandshakeUntracked = HandshakeTwCounterTW_COUNTER_HANDSHAKE_UNTRACKED
+	CounterMax                = HandshakeTwCounterTW_COUNTER_MAX
+)
+
+// Handshake roles and flags (enum tw_role, enum tw_handshake_flag).
+const (
+	RoleClient = uint8(HandshakeTwRoleTW_ROLE_CLIENT)
+	RoleServer = uint8(HandshakeTwRoleTW_ROLE_SERVER)
+
+	HandshakeFailed              = uint8(HandshakeTwHandshakeFlagTW_HS_FAILED)
+	HandshakeNoDuration          = uint8(HandshakeTwHandshakeFlagTW_HS_NO_DURATION)
+	HandshakeSynackRetransmitted = uint8(HandshakeTwHandshakeFlagTW_HS_SYNACK_RETRANSMITTED)
+)
+
+// ObjectPrefix starts the kernel name of every program and map tokenwire
+// loads (besides the .rodata maps, which the loader names after the ELF
+// section). Tests and operators use it to tell our objects from others'.
+const ObjectPrefix = "tw_"

@@ -1,0 +1,316 @@
+// Package handshake loads and attaches tokenwire's TCP handshake probe and
+// reads the handshakes it reports.
+//
+// One Tracer owns every kernel object it creates (maps, the program, its
+// link and the ring-buffer reader); Close releases all of them.
+package handshake
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/hook"
+)
+
+// Config says what to load and how big to make it.
+type Config struct {
+	// Ports, when not empty, limits tracking to handshakes whose server
+	// port is in the list (the remote port for the client role, the local
+	// port for the server role).
+	Ports []uint16
+	// MaxTrackedSockets bounds the map of client sockets in SYN_SENT.
+	MaxTrackedSockets uint32
+	// RingBufferBytes is the size of the ring buffer: a power of two and a
+	// multiple of the page size.
+	RingBufferBytes uint32
+	// HookOrder lists the hook types to try, in order.
+	HookOrder []hook.Kind
+}
+
+// Role is the local socket's side of the handshake.
+type Role uint8
+
+// Roles.
+const (
+	RoleClient = Role(bpf.RoleClient)
+	RoleServer = Role(bpf.RoleServer)
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleClient:
+		return "client"
+	case RoleServer:
+		return "server"
+	}
+	return "unknown"
+}
+
+// Event is one handshake as the kernel saw it.
+type Event struct {
+	Role Role
+	// Duration is the handshake's length; valid when HasDuration.
+	Duration    time.Duration
+	HasDuration bool
+	// Failed is set when the handshake did not complete; Errno is the
+	// socket error then (0: the application closed the socket first).
+	Failed bool
+	Errno  syscall.Errno
+	// Local and Remote are the socket's own and its peer's endpoint.
+	Local, Remote netip.AddrPort
+	// PID is the process that called connect() (client role only).
+	PID uint32
+	// Retransmits counts SYN (client) or SYN-ACK (server) retransmissions.
+	Retransmits uint32
+	// SynackRetransmitted marks a server duration measured in milliseconds
+	// from the first SYN-ACK because the SYN-ACK was sent again.
+	SynackRetransmitted bool
+}
+
+// ServerPort is the well-known side of the connection.
+func (e *Event) ServerPort() uint16 {
+	if e.Role == RoleClient {
+		return e.Remote.Port()
+	}
+	return e.Local.Port()
+}
+
+// Counters are the kernel-side counters, summed over CPUs.
+type Counters struct {
+	// RecordsLost counts events dropped because the ring buffer was full.
+	RecordsLost uint64
+	// Untracked counts client handshakes whose start was not seen (the
+	// socket connected before the probe attached, or LRU eviction).
+	Untracked uint64
+}
+
+// Tracer is a loaded and attached handshake probe.
+type Tracer struct {
+	maps   bpf.HandshakeMaps
+	choice hook.Choice
+	reader *ringbuf.Reader
+	record ringbuf.Record
+}
+
+const tracepointGroup, tracepointName, kernelFunc = "sock", "inet_sock_set_state", "tcp_set_state"
+
+// Open loads the maps, attaches the first hook type in cfg.HookOrder that
+// the kernel accepts and opens the ring buffer. On error nothing stays
+// loaded.
+func Open(cfg Config) (*Tracer, error) {
+	t := &Tracer{}
+	if err := t.open(cfg); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tracer) open(cfg Config) (err error) {
+	spec, err := bpf.LoadHandshake()
+	if err != nil {
+		return err
+	}
+	spec.Maps["tw_hs_syn_sent"].MaxEntries = cfg.MaxTrackedSockets
+	spec.Maps["tw_hs_events"].MaxEntries = cfg.RingBufferBytes
+	if len(cfg.Ports) > 0 {
+		if err := spec.Variables["filter_ports"].Set(uint8(1)); err != nil {
+			return err
+		}
+	}
+
+	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
+		return fmt.Errorf("loading handshake maps: %w", err)
+	}
+	for _, p := range cfg.Ports {
+		if err := t.maps.TwHsPorts.Put(uint32(p), uint8(1)); err != nil {
+			return fmt.Errorf("setting watched port %d: %w", p, err)
+		}
+	}
+
+	replacements := map[string]*ebpf.Map{
+		"tw_hs_ports":    t.maps.TwHsPorts,
+		"tw_hs_syn_sent": t.maps.TwHsSynSent,
+		"tw_hs_events":   t.maps.TwHsEvents,
+		"tw_hs_counters": t.maps.TwHsCounters,
+	}
+	variant := func(progName string, attach func(*ebpf.Program) (link.Link, error)) hook.Attach {
+		return func() (io.Closer, error) {
+			return loadAndAttach(spec, replacements, progName, attach)
+		}
+	}
+	t.choice, err = hook.Choose(cfg.HookOrder, map[hook.Kind]hook.Attach{
+		hook.Fentry: variant("tw_hs_fentry", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: p})
+		}),
+		hook.TPBTF: variant("tw_hs_tp_btf", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: p})
+		}),
+		hook.RawTracepoint: variant("tw_hs_raw_tp", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachRawTracepoint(link.RawTracepointOptions{Name: tracepointName, Program: p})
+		}),
+		hook.Tracepoint: variant("tw_hs_tp", func(p *ebpf.Program) (link.Link, error) {
+			return link.Tracepoint(tracepointGroup, tracepointName, p, nil)
+		}),
+		hook.Kprobe: variant("tw_hs_kprobe", func(p *ebpf.Program) (link.Link, error) {
+			return link.Kprobe(kernelFunc, p, nil)
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("attaching the handshake probe: %w", err)
+	}
+
+	if t.reader, err = ringbuf.NewReader(t.maps.TwHsEvents); err != nil {
+		return fmt.Errorf("opening the handshake ring buffer: %w", err)
+	}
+	return nil
+}
+
+// attached is a loaded program and its link; closing it detaches first.
+type attached struct {
+	prog *ebpf.Program
+	link link.Link
+}
+
+func (a *attached) Close() error {
+	return errors.Join(a.link.Close(), a.prog.Close())
+}
+
+// loadAndAttach loads the one program progName against the shared maps and
+// attaches it. Each variant is loaded on its own so that a kernel refusing
+// one hook type (fentry here) does not stop the others from loading.
+func loadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string,
+	attach func(*ebpf.Program) (link.Link, error)) (io.Closer, error) {
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"prog"`
+	}
+	one := spec.Copy()
+	ps := one.Programs[progName]
+	one.Programs = map[string]*ebpf.ProgramSpec{"prog": ps}
+	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	l, err := attach(objs.Prog)
+	if err != nil {
+		objs.Prog.Close()
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	return &attached{prog: objs.Prog, link: l}, nil
+}
+
+// Hook reports the chosen hook type and the ones refused before it.
+func (t *Tracer) Hook() hook.Choice { return t.choice }
+
+// Read blocks until the next handshake and decodes it into ev. It returns
+// ErrClosed once Close has been called. Read is not safe for concurrent use
+// and allocates nothing.
+func (t *Tracer) Read(ev *Event) error {
+	for {
+		if err := t.reader.ReadInto(&t.record); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return ErrClosed
+			}
+			return err
+		}
+		if err := Decode(t.record.RawSample, ev); err != nil {
+			return err
+		}
+		return nil
+	}
+}
+
+// ErrClosed is returned by Read after Close.
+var ErrClosed = errors.New("handshake tracer closed")
+
+// recordSize is the size of struct handshake_event.
+const recordSize = int(unsafe.Sizeof(bpf.HandshakeEvent{}))
+
+// Decode turns a raw ring-buffer record into ev without allocating.
+func Decode(raw []byte, ev *Event) error {
+	if len(raw) < recordSize {
+		return fmt.Errorf("handshake record of %d bytes, want %d", len(raw), recordSize)
+	}
+	ne := binary.NativeEndian
+	*ev = Event{
+		Role:        Role(raw[54]),
+		PID:         ne.Uint32(raw[8:]),
+		Errno:       syscall.Errno(ne.Uint32(raw[12:])),
+		Retransmits: ne.Uint32(raw[56:]),
+	}
+	flags := raw[55]
+	ev.Failed = flags&bpf.HandshakeFailed != 0
+	ev.SynackRetransmitted = flags&bpf.HandshakeSynackRetransmitted != 0
+	ev.HasDuration = !ev.Failed && flags&bpf.HandshakeNoDuration == 0
+	if ev.HasDuration {
+		ev.Duration = time.Duration(ne.Uint64(raw[0:]))
+	}
+	sport, dport, family := ne.Uint16(raw[48:]), ne.Uint16(raw[50:]), ne.Uint16(raw[52:])
+	ev.Local = netip.AddrPortFrom(addr(family, raw[16:32]), sport)
+	ev.Remote = netip.AddrPortFrom(addr(family, raw[32:48]), dport)
+	return nil
+}
+
+func addr(family uint16, b []byte) netip.Addr {
+	if family == syscall.AF_INET {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16([16]byte(b[:16]))
+}
+
+// Counters sums the kernel's per-CPU counters.
+func (t *Tracer) Counters() (Counters, error) {
+	var c Counters
+	for idx, dst := range map[bpf.Counter]*uint64{
+		bpf.CounterRingbufLost:        &c.RecordsLost,
+		bpf.CounterHandshakeUntracked: &c.Untracked,
+	} {
+		var perCPU []uint64
+		if err := t.maps.TwHsCounters.Lookup(uint32(idx), &perCPU); err != nil {
+			return c, fmt.Errorf("reading counter %d: %w", idx, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return c, nil
+}
+
+// TrackedSockets counts client sockets whose handshake is in flight.
+func (t *Tracer) TrackedSockets() (int, error) {
+	var (
+		key uint64
+		val bpf.HandshakeSynState
+		n   int
+	)
+	it := t.maps.TwHsSynSent.Iterate()
+	for it.Next(&key, &val) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// Close detaches the probe, stops Read and frees every map.
+func (t *Tracer) Close() error {
+	var errs []error
+	if t.choice.Closer != nil {
+		errs = append(errs, t.choice.Closer.Close())
+		t.choice.Closer = nil
+	}
+	if t.reader != nil {
+		errs = append(errs, t.reader.Close())
+		t.reader = nil
+	}
+	errs = append(errs, t.maps.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,377 @@
+package handshake
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/hook"
+)
+
+func defaultConfig(ports ...uint16) Config {
+	return Config{
+		Ports:             ports,
+		MaxTrackedSockets: 16384,
+		RingBufferBytes:   1 << 20,
+		HookOrder:         hook.DefaultOrder,
+	}
+}
+
+// collector reads every event of a tracer in the background.
+type collector struct {
+	mu     sync.Mutex
+	events []Event
+	done   chan struct{}
+}
+
+func collect(t *testing.T, tr *Tracer) *collector {
+	c := &collector{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		var ev Event
+		for {
+			if err := tr.Read(&ev); err != nil {
+				if !errors.Is(err, ErrClosed) {
+					t.Errorf("Read: %v", err)
+				}
+				return
+			}
+			c.mu.Lock()
+			c.events = append(c.events, ev)
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { tr.Close(); <-c.done })
+	return c
+}
+
+// waitFor polls until match returns want events or the deadline passes,
+// then waits a little longer to catch any extra event, and returns them.
+func (c *collector) waitFor(t *testing.T, want int, match func(*Event) bool) []Event {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	var got []Event
+	for {
+		got = c.matching(match)
+		if len(got) >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // an extra event would be a bug: give it time to show
+	return c.matching(match)
+}
+
+func (c *collector) matching(match func(*Event) bool) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Event
+	for i := range c.events {
+		if match(&c.events[i]) {
+			out = append(out, c.events[i])
+		}
+	}
+	return out
+}
+
+func listen(t *testing.T, network, addr string) (net.Listener, uint16) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln, uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func acceptAll(ln net.Listener) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+func TestClientAndServerHandshakesAreCountedExactly(t *testing.T) {
+	bpftest.Require(t)
+	for _, tc := range []struct{ network, addr string }{{"tcp4", "127.0.0.1:0"}, {"tcp6", "[::1]:0"}} {
+		t.Run(tc.network, func(t *testing.T) {
+			ln, port := listen(t, tc.network, tc.addr)
+			acceptAll(ln)
+			tr, err := Open(defaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("hook: %s", tr.Hook().Summary())
+			c := collect(t, tr)
+
+			const n = 50
+			clientPorts := map[uint16]bool{}
+			for range n {
+				conn, err := net.Dial(tc.network, ln.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				clientPorts[uint16(conn.LocalAddr().(*net.TCPAddr).Port)] = true
+				conn.Close()
+			}
+			onPort := func(role Role) func(*Event) bool {
+				return func(e *Event) bool { return e.Role == role && e.ServerPort() == port }
+			}
+			clients := c.waitFor(t, n, onPort(RoleClient))
+			servers := c.waitFor(t, n, onPort(RoleServer))
+			if len(clients) != n || len(servers) != n {
+				t.Fatalf("recorded %d client and %d server handshakes, want %d of each", len(clients), len(servers), n)
+			}
+			for _, evs := range [][]Event{clients, servers} {
+				for _, e := range evs {
+					if e.Failed || !e.HasDuration || e.Duration <= 0 || e.Duration > time.Second {
+						t.Errorf("%s handshake %+v: want a successful one with 0 < duration < 1s", e.Role, e)
+					}
+					wantNet := map[string]bool{"tcp4": e.Local.Addr().Is4(), "tcp6": e.Local.Addr().Is6()}
+					if !wantNet[tc.network] {
+						t.Errorf("event address family %v does not match %s", e.Local, tc.network)
+					}
+				}
+			}
+			for _, e := range clients {
+				if !clientPorts[e.Local.Port()] {
+					t.Errorf("client event from local port %d that the test did not dial from", e.Local.Port())
+				}
+				if e.PID != uint32(syscall.Getpid()) {
+					t.Errorf("client event pid %d, want this process %d", e.PID, syscall.Getpid())
+				}
+			}
+		})
+	}
+}
+
+func TestRefusedConnectIsOneFailure(t *testing.T) {
+	bpftest.Require(t)
+	ln, port := listen(t, "tcp4", "127.0.0.1:0")
+	ln.Close() // nothing listens there now: the SYN is answered with RST
+
+	tr, err := Open(defaultConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, tr)
+	if _, err := net.Dial("tcp4", ln.Addr().String()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial error %v, want ECONNREFUSED", err)
+	}
+	got := c.waitFor(t, 1, func(e *Event) bool { return e.ServerPort() == port })
+	if len(got) != 1 {
+		t.Fatalf("recorded %d events for the refused port, want 1: %+v", len(got), got)
+	}
+	if e := got[0]; e.Role != RoleClient || !e.Failed || e.Errno != syscall.ECONNREFUSED || e.HasDuration {
+		t.Fatalf("event %+v, want a failed client handshake with ECONNREFUSED", e)
+	}
+}
+
+// backlogListener listens with a backlog of 1 and never accepts unless told.
+func backlogListener(t *testing.T) (fd int, addr *net.TCPAddr) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*syscall.SockaddrInet4).Port}
+}
+
+// fillAcceptQueue connects until a connect no longer completes: from then
+// on the listener drops SYNs. It returns the connections it made.
+func fillAcceptQueue(t *testing.T, addr *net.TCPAddr) {
+	t.Helper()
+	for i := 0; i < 10; i++ {
+		conn, err := net.DialTimeout("tcp4", addr.String(), 200*time.Millisecond)
+		if err != nil {
+			return // this SYN was dropped: the queue is full
+		}
+		t.Cleanup(func() { conn.Close() })
+	}
+	t.Fatal("accept queue of a backlog-1 listener never filled")
+}
+
+func TestSlowHandshakeMatchesConnectTime(t *testing.T) {
+	bpftest.Require(t)
+	fd, addr := backlogListener(t)
+	tr, err := Open(defaultConfig(uint16(addr.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, tr)
+	fillAcceptQueue(t, addr)
+
+	type result struct {
+		took  time.Duration
+		local uint16
+		err   error
+	}
+	done := make(chan result)
+	go func() {
+		start := time.Now()
+		conn, err := net.Dial("tcp4", addr.String())
+		took := time.Since(start)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer conn.Close()
+		done <- result{took: took, local: uint16(conn.LocalAddr().(*net.TCPAddr).Port)}
+	}()
+	// The first SYN is dropped; make room so that its retransmission
+	// (about 1 s later) is answered.
+	time.Sleep(300 * time.Millisecond)
+	nfd, _, err := syscall.Accept(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(nfd)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	got := c.waitFor(t, 1, func(e *Event) bool { return e.Role == RoleClient && e.Local.Port() == r.local })
+	if len(got) != 1 {
+		t.Fatalf("recorded %d handshakes for the slow connect, want 1", len(got))
+	}
+	e := got[0]
+	t.Logf("connect() took %v, recorded %v, SYN retransmits %d", r.took, e.Duration, e.Retransmits)
+	if e.Duration < 900*time.Millisecond {
+		t.Errorf("recorded duration %v, want over 900ms", e.Duration)
+	}
+	if diff := (e.Duration - r.took).Abs(); diff > 5*time.Millisecond {
+		t.Errorf("recorded %v, connect() took %v: %v apart, want within 5ms", e.Duration, r.took, diff)
+	}
+	if e.Retransmits < 1 {
+		t.Errorf("recorded %d SYN retransmits, want at least 1", e.Retransmits)
+	}
+}
+
+func TestUnansweredSynsLeaveNoState(t *testing.T) {
+	bpftest.Require(t)
+	_, addr := backlogListener(t)
+	tr, err := Open(defaultConfig(uint16(addr.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, tr)
+	fillAcceptQueue(t, addr)
+	time.Sleep(300 * time.Millisecond) // let the filling connects' events arrive
+	before := len(c.matching(func(*Event) bool { return true }))
+
+	const n = 3000
+	fds := make([]int, 0, n)
+	defer func() {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}()
+	sa := &syscall.SockaddrInet4{Port: addr.Port, Addr: [4]byte{127, 0, 0, 1}}
+	for range n {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+		if err := syscall.Connect(fd, sa); err != syscall.EINPROGRESS {
+			t.Fatalf("non-blocking connect: %v, want EINPROGRESS", err)
+		}
+	}
+	inFlight, err := tr.TrackedSockets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inFlight < n {
+		t.Fatalf("%d sockets tracked during the flood, want at least %d", inFlight, n)
+	}
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	fds = nil
+	var left int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if left, err = tr.TrackedSockets(); err != nil || left == 0 {
+			break
+		}
+	}
+	if err != nil || left != 0 {
+		t.Fatalf("%d sockets still tracked after every SYN_SENT socket closed (err %v)", left, err)
+	}
+	aborted := c.waitFor(t, before+n, func(e *Event) bool { return true })[before:]
+	for _, e := range aborted {
+		if !e.Failed || e.Errno != 0 || e.Role != RoleClient {
+			t.Errorf("event %+v, want a client handshake aborted by close (errno 0)", e)
+			break
+		}
+	}
+	if len(aborted) != n {
+		t.Errorf("%d aborted handshakes recorded, want %d", len(aborted), n)
+	}
+	counters, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counters.RecordsLost != 0 {
+		t.Errorf("%d records lost", counters.RecordsLost)
+	}
+}
+
+// TestEveryHookTypeOrAClearRefusal attaches each hook type on its own. The
+// ones the kernel accepts must see real handshakes; the ones it refuses
+// must say which hook type failed and why.
+func TestEveryHookTypeOrAClearRefusal(t *testing.T) {
+	bpftest.RequireTracefs(t)
+	for _, k := range hook.DefaultOrder {
+		t.Run(string(k), func(t *testing.T) {
+			ln, port := listen(t, "tcp4", "127.0.0.1:0")
+			acceptAll(ln)
+			cfg := defaultConfig(port)
+			cfg.HookOrder = []hook.Kind{k}
+			tr, err := Open(cfg)
+			if err != nil {
+				if !strings.Contains(err.Error(), string(k)+":") {
+					t.Fatalf("refusal does not name the hook type: %v", err)
+				}
+				t.Logf("refused here: %v", err)
+				if k == hook.TPBTF || k == hook.RawTracepoint || k == hook.Tracepoint {
+					t.Fatalf("%s must work on this kernel (KERNEL.md)", k)
+				}
+				return
+			}
+			if got := tr.Hook().Kind; got != k {
+				t.Fatalf("attached %s, want %s", got, k)
+			}
+			c := collect(t, tr)
+			conn, err := net.Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn.Close()
+			got := c.waitFor(t, 2, func(e *Event) bool { return e.ServerPort() == port })
+			if len(got) != 2 || got[0].Role == got[1].Role {
+				t.Fatalf("via %s: %d events %+v, want one client and one server handshake", k, len(got), got)
+			}
+		})
+	}
+}
