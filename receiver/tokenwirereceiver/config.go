@@ -1,0 +1,131 @@
+package tokenwirereceiver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+// Config is the tokenwire receiver's configuration.
+type Config struct {
+	// CollectionInterval is how often the receiver emits its metrics.
+	CollectionInterval time.Duration `mapstructure:"collection_interval"`
+	// HookPreference lists the hook types to try, in order; the first that
+	// the kernel accepts is used (fentry, tp_btf, raw_tracepoint,
+	// tracepoint, kprobe).
+	HookPreference []string `mapstructure:"hook_preference"`
+	// RingBufferSize is the size in bytes of each capability's ring buffer
+	// (a power of two, at least one page).
+	RingBufferSize int `mapstructure:"ring_buffer_size"`
+	// Handshake configures TCP handshake latency tracking.
+	Handshake HandshakeConfig `mapstructure:"handshake"`
+
+	metadata.MetricsBuilderConfig `mapstructure:",squash"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// HandshakeConfig configures TCP handshake latency tracking.
+type HandshakeConfig struct {
+	// Enabled turns the handshake probe on.
+	Enabled bool `mapstructure:"enabled"`
+	// Ports, when set, limits tracking to these server ports. Leave it out
+	// to track every TCP handshake on the host.
+	Ports []int `mapstructure:"ports"`
+	// MaxTrackedSockets bounds the kernel map of client sockets whose
+	// handshake is in flight; the least recently used entry is evicted
+	// when it is full.
+	MaxTrackedSockets int `mapstructure:"max_tracked_sockets"`
+}
+
+const pageSize = 4096
+
+func createDefaultConfig() *Config {
+	order := make([]string, len(hook.DefaultOrder))
+	for i, k := range hook.DefaultOrder {
+		order[i] = string(k)
+	}
+	return &Config{
+		CollectionInterval: 10 * time.Second,
+		HookPreference:     order,
+		RingBufferSize:     256 * 1024,
+		Handshake: HandshakeConfig{
+			Enabled:           true,
+			MaxTrackedSockets: 16384,
+		},
+		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
+	}
+}
+
+// Validate reports every invalid field, each error naming its key.
+func (cfg *Config) Validate() error {
+	var errs []error
+	if cfg.CollectionInterval <= 0 {
+		errs = append(errs, fmt.Errorf("collection_interval: must be positive, got %v", cfg.CollectionInterval))
+	}
+	if len(cfg.HookPreference) == 0 {
+		errs = append(errs, errors.New("hook_preference: must list at least one hook type"))
+	}
+	seenHook := map[string]bool{}
+	for i, h := range cfg.HookPreference {
+		if _, err := hook.ParseKind(h); err != nil {
+			errs = append(errs, fmt.Errorf("hook_preference[%d]: %w", i, err))
+		} else if seenHook[h] {
+			errs = append(errs, fmt.Errorf("hook_preference[%d]: %q is listed twice", i, h))
+		}
+		seenHook[h] = true
+	}
+	if n := cfg.RingBufferSize; n < pageSize || n&(n-1) != 0 || n > 1<<30 {
+		errs = append(errs, fmt.Errorf("ring_buffer_size: must be a power of two between %d and %d bytes, got %d", pageSize, 1<<30, n))
+	}
+	errs = append(errs, validatePorts("handshake.ports", cfg.Handshake.Ports)...)
+	if n := cfg.Handshake.MaxTrackedSockets; n <= 0 || n > 1<<24 {
+		errs = append(errs, fmt.Errorf("handshake.max_tracked_sockets: must be between 1 and %d, got %d", 1<<24, n))
+	}
+	return errors.Join(errs...)
+}
+
+// validatePorts checks an optional port list: absent is fine (all ports),
+// but an explicit empty list, a port outside 1-65535 or a repeat is not.
+func validatePorts(key string, ports []int) []error {
+	if ports == nil {
+		return nil
+	}
+	if len(ports) == 0 {
+		return []error{fmt.Errorf("%s: empty list; leave the key out to watch every port", key)}
+	}
+	var errs []error
+	seen := map[int]bool{}
+	for i, p := range ports {
+		switch {
+		case p < 1 || p > 65535:
+			errs = append(errs, fmt.Errorf("%s[%d]: port %d is outside 1-65535", key, i, p))
+		case seen[p]:
+			errs = append(errs, fmt.Errorf("%s[%d]: port %d is listed twice", key, i, p))
+		}
+		seen[p] = true
+	}
+	return errs
+}
+
+// hookOrder converts a validated HookPreference.
+func (cfg *Config) hookOrder() []hook.Kind {
+	out := make([]hook.Kind, 0, len(cfg.HookPreference))
+	for _, h := range cfg.HookPreference {
+		k, _ := hook.ParseKind(h)
+		out = append(out, k)
+	}
+	return out
+}
+
+func toPorts(ports []int) []uint16 {
+	out := make([]uint16, len(ports))
+	for i, p := range ports {
+		out[i] = uint16(p)
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package tokenwirereceiver
+
+import (
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+)
+
+// Histogram metrics. mdatagen v0.159.0 cannot generate a MetricsBuilder for
+// histograms (see metadata.yaml), so their names, units and buckets live
+// here and the README documents them next to documentation.md.
+
+// histogramDef describes one histogram metric.
+type histogramDef struct {
+	name, description, unit string
+	bounds                  []float64
+}
+
+// handshakeBounds covers loopback and LAN handshakes (tens of microseconds)
+// up to SYN retransmissions (1 s, 3 s, 7 s with the default RTO).
+var handshakeBounds = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+}
+
+var handshakeDurationDef = histogramDef{
+	name: "tokenwire.tcp.handshake.duration",
+	description: "TCP handshake duration: for the client role from connect() sending the SYN to ESTABLISHED, " +
+		"for the server role from the first SYN-ACK sent to the final ACK (ESTABLISHED).",
+	unit:   "s",
+	bounds: handshakeBounds,
+}
+
+// histogram accumulates observations for one attribute set. Buckets are
+// cumulative over the receiver's lifetime, like the sums.
+type histogram struct {
+	counts   []uint64 // len(bounds)+1
+	count    uint64
+	sum      float64
+	min, max float64
+}
+
+func newHistogram(def *histogramDef) *histogram {
+	return &histogram{counts: make([]uint64, len(def.bounds)+1)}
+}
+
+func (h *histogram) observe(bounds []float64, v float64) {
+	i := 0
+	for i < len(bounds) && v > bounds[i] {
+		i++
+	}
+	h.counts[i]++
+	if h.count == 0 || v < h.min {
+		h.min = v
+	}
+	if h.count == 0 || v > h.max {
+		h.max = v
+	}
+	h.count++
+	h.sum += v
+}
+
+// appendTo writes the histogram as a cumulative data point.
+func (h *histogram) appendTo(dps pmetric.HistogramDataPointSlice, def *histogramDef, start, now pcommon.Timestamp) pmetric.HistogramDataPoint {
+	dp := dps.AppendEmpty()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(now)
+	dp.SetCount(h.count)
+	dp.SetSum(h.sum)
+	dp.SetMin(h.min)
+	dp.SetMax(h.max)
+	dp.ExplicitBounds().FromRaw(def.bounds)
+	dp.BucketCounts().FromRaw(h.counts)
+	return dp
+}
+
+// newHistogramMetric appends an empty cumulative histogram metric.
+func newHistogramMetric(ms pmetric.MetricSlice, def *histogramDef) pmetric.Metric {
+	m := ms.AppendEmpty()
+	m.SetName(def.name)
+	m.SetDescription(def.description)
+	m.SetUnit(def.unit)
+	m.SetEmptyHistogram().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	return m
+}

@@ -1,0 +1,296 @@
+package tokenwirereceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/tokenwire/tokenwire/internal/handshake"
+	"github.com/tokenwire/tokenwire/internal/preflight"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+// tokenwireReceiver is one receiver instance, shared by the metrics and the
+// traces pipeline that name the same component ID. The first Start loads
+// the BPF programs; the last Shutdown unloads them.
+type tokenwireReceiver struct {
+	cfg    *Config
+	set    receiver.Settings
+	onLast func() // forgets this instance once every handle is shut down
+
+	mu      sync.Mutex
+	metrics consumer.Metrics
+	traces  consumer.Traces
+	handles int  // handles created and not yet shut down
+	running bool // BPF loaded, goroutines running
+
+	// Set by start, released by stop.
+	mb         *metadata.MetricsBuilder
+	telemetry  *metadata.TelemetryBuilder
+	resource   pcommon.Resource
+	startTime  pcommon.Timestamp
+	handshakes *handshake.Tracer
+	hsStats    *handshakeStats
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	emitMu     sync.Mutex // one emission at a time (ticker and final flush)
+}
+
+func newReceiver(set receiver.Settings, cfg *Config, onLast func()) *tokenwireReceiver {
+	return &tokenwireReceiver{cfg: cfg, set: set, onLast: onLast}
+}
+
+func (r *tokenwireReceiver) setMetrics(next consumer.Metrics) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.metrics = next
+}
+
+func (r *tokenwireReceiver) setTraces(next consumer.Traces) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.traces = next
+}
+
+// handle returns a component for one pipeline's use of the receiver.
+func (r *tokenwireReceiver) handle() *handle {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handles++
+	return &handle{r: r}
+}
+
+// handle is what the collector starts and shuts down, once per pipeline
+// type. Both handles of an instance drive the same receiver.
+type handle struct {
+	r        *tokenwireReceiver
+	shutOnce sync.Once
+}
+
+func (h *handle) Start(ctx context.Context, host component.Host) error {
+	r := h.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		return nil
+	}
+	if err := r.start(ctx, host); err != nil {
+		return err
+	}
+	r.running = true
+	return nil
+}
+
+func (h *handle) Shutdown(ctx context.Context) error {
+	var err error
+	h.shutOnce.Do(func() {
+		r := h.r
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.handles--
+		if r.handles > 0 {
+			return
+		}
+		if r.running {
+			err = r.stop(ctx)
+			r.running = false
+		}
+		r.onLast()
+	})
+	return err
+}
+
+// capabilityAttr tags self-telemetry with the probe it is about.
+var handshakeAttr = attribute.String("capability", "handshake")
+
+func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err error) {
+	if err := preflight.Check(preflight.Needs{}); err != nil {
+		return err
+	}
+	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; on newer ones
+	// this is a no-op.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("raising RLIMIT_MEMLOCK for BPF maps (run as root or with CAP_SYS_RESOURCE): %w", err)
+	}
+
+	r.startTime = pcommon.NewTimestampFromTime(time.Now())
+	r.mb = metadata.NewMetricsBuilder(r.cfg.MetricsBuilderConfig, r.set, metadata.WithStartTime(r.startTime))
+	rb := r.mb.NewResourceBuilder()
+	if host, herr := os.Hostname(); herr == nil {
+		rb.SetHostName(host)
+	}
+	r.resource = rb.Emit()
+	if r.telemetry, err = metadata.NewTelemetryBuilder(r.set.TelemetrySettings); err != nil {
+		return fmt.Errorf("creating self-telemetry: %w", err)
+	}
+	r.hsStats = newHandshakeStats()
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	defer func() {
+		if err != nil {
+			_ = r.stop(context.Background()) // detach whatever did attach
+		}
+	}()
+
+	if r.cfg.Handshake.Enabled {
+		r.handshakes, err = handshake.Open(handshake.Config{
+			Ports:             toPorts(r.cfg.Handshake.Ports),
+			MaxTrackedSockets: uint32(r.cfg.Handshake.MaxTrackedSockets),
+			RingBufferBytes:   uint32(r.cfg.RingBufferSize),
+			HookOrder:         r.cfg.hookOrder(),
+		})
+		if err != nil {
+			return fmt.Errorf("tokenwire handshake probe: %w", err)
+		}
+		r.set.Logger.Info("tokenwire handshake probe attached",
+			zap.String("hook", r.handshakes.Hook().Summary()),
+			zap.Ints("ports", r.cfg.Handshake.Ports))
+		r.wg.Add(1)
+		go r.readHandshakes(ctx)
+	}
+	if err = r.registerTelemetry(); err != nil {
+		return err
+	}
+
+	r.wg.Add(1)
+	go r.emitLoop(ctx)
+	return nil
+}
+
+// stop detaches and frees everything start created, in reverse order.
+func (r *tokenwireReceiver) stop(ctx context.Context) error {
+	var errs []error
+	if r.cancel != nil {
+		r.cancel()
+	}
+	if r.handshakes != nil {
+		errs = append(errs, r.handshakes.Close()) // unblocks readHandshakes
+	}
+	r.wg.Wait()
+	if r.handshakes != nil {
+		// Everything read so far goes out before we stop: a short-lived
+		// collector must not lose its last interval.
+		r.emit(ctx)
+		r.handshakes = nil
+	}
+	if r.telemetry != nil {
+		r.telemetry.Shutdown()
+		r.telemetry = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (r *tokenwireReceiver) readHandshakes(ctx context.Context) {
+	defer r.wg.Done()
+	var ev handshake.Event
+	read := metric.WithAttributeSet(attribute.NewSet(handshakeAttr))
+	for {
+		if err := r.handshakes.Read(&ev); err != nil {
+			if errors.Is(err, handshake.ErrClosed) {
+				return
+			}
+			r.set.Logger.Warn("reading handshake records", zap.Error(err))
+			continue
+		}
+		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, read)
+		r.hsStats.add(&ev)
+	}
+}
+
+func (r *tokenwireReceiver) registerTelemetry() error {
+	tr := r.handshakes
+	if tr == nil {
+		return nil
+	}
+	attrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr))
+	hookAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("hook", string(tr.Hook().Kind))))
+	mapAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("map", "tw_hs_syn_sent")))
+	return errors.Join(
+		r.telemetry.RegisterReceiverTokenwireRecordsLostCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := tr.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.RecordsLost), attrs)
+			return nil
+		}),
+		r.telemetry.RegisterReceiverTokenwireMapEntriesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			n, err := tr.TrackedSockets()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(n), mapAttrs)
+			return nil
+		}),
+		r.telemetry.RegisterReceiverTokenwireProgramsAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, hookAttrs)
+			return nil
+		}),
+	)
+}
+
+func (r *tokenwireReceiver) emitLoop(ctx context.Context) {
+	defer r.wg.Done()
+	tick := time.NewTicker(r.cfg.CollectionInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			r.emit(ctx)
+		}
+	}
+}
+
+// emit sends the cumulative totals to the metrics pipeline, if there is one.
+func (r *tokenwireReceiver) emit(ctx context.Context) {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	r.mu.Lock()
+	next := r.metrics
+	r.mu.Unlock()
+	if next == nil {
+		return
+	}
+	now := pcommon.NewTimestampFromTime(time.Now())
+	histograms := pmetric.NewMetricSlice()
+	r.hsStats.record(r.mb, histograms, r.startTime, now)
+	md := r.mb.Emit(metadata.WithResource(r.resource))
+	if histograms.Len() > 0 {
+		histograms.MoveAndAppendTo(r.scopeMetrics(md).Metrics())
+	}
+	if md.DataPointCount() == 0 {
+		return
+	}
+	if err := next.ConsumeMetrics(ctx, md); err != nil {
+		r.set.Logger.Warn("metrics pipeline refused tokenwire metrics", zap.Error(err))
+	}
+}
+
+// scopeMetrics returns the receiver's scope in md, creating the resource
+// and scope when the MetricsBuilder emitted nothing this time.
+func (r *tokenwireReceiver) scopeMetrics(md pmetric.Metrics) pmetric.ScopeMetrics {
+	if md.ResourceMetrics().Len() > 0 {
+		return md.ResourceMetrics().At(0).ScopeMetrics().At(0)
+	}
+	rm := md.ResourceMetrics().AppendEmpty()
+	r.resource.CopyTo(rm.Resource())
+	sm := rm.ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName(metadata.ScopeName)
+	sm.Scope().SetVersion(r.set.BuildInfo.Version)
+	return sm
+}
