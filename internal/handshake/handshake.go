@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -101,6 +102,9 @@ type Tracer struct {
 	choice hook.Choice
 	reader *ringbuf.Reader
 	record ringbuf.Record
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 const tracepointGroup, tracepointName, kernelFunc = "sock", "inet_sock_set_state", "tcp_set_state"
@@ -300,17 +304,19 @@ func (t *Tracer) TrackedSockets() (int, error) {
 	return n, it.Err()
 }
 
-// Close detaches the probe, stops Read and frees every map.
+// Close detaches the probe, stops a blocked Read and frees every map. It
+// may be called more than once and concurrently with Read.
 func (t *Tracer) Close() error {
-	var errs []error
-	if t.choice.Closer != nil {
-		errs = append(errs, t.choice.Closer.Close())
-		t.choice.Closer = nil
-	}
-	if t.reader != nil {
-		errs = append(errs, t.reader.Close())
-		t.reader = nil
-	}
-	errs = append(errs, t.maps.Close())
-	return errors.Join(errs...)
+	t.closeOnce.Do(func() {
+		var errs []error
+		if t.choice.Closer != nil {
+			errs = append(errs, t.choice.Closer.Close())
+		}
+		if t.reader != nil {
+			errs = append(errs, t.reader.Close())
+		}
+		errs = append(errs, t.maps.Close())
+		t.closeErr = errors.Join(errs...)
+	})
+	return t.closeErr
 }

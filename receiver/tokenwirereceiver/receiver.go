@@ -31,11 +31,13 @@ type tokenwireReceiver struct {
 	set    receiver.Settings
 	onLast func() // forgets this instance once every handle is shut down
 
-	mu      sync.Mutex
+	nextMu  sync.Mutex // guards metrics and traces
 	metrics consumer.Metrics
 	traces  consumer.Traces
-	handles int  // handles created and not yet shut down
-	running bool // BPF loaded, goroutines running
+
+	mu      sync.Mutex // guards handles and running; held across start and stop
+	handles int        // handles created and not yet shut down
+	running bool       // BPF loaded, goroutines running
 
 	// Set by start, released by stop.
 	mb         *metadata.MetricsBuilder
@@ -54,14 +56,14 @@ func newReceiver(set receiver.Settings, cfg *Config, onLast func()) *tokenwireRe
 }
 
 func (r *tokenwireReceiver) setMetrics(next consumer.Metrics) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.nextMu.Lock()
+	defer r.nextMu.Unlock()
 	r.metrics = next
 }
 
 func (r *tokenwireReceiver) setTraces(next consumer.Traces) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.nextMu.Lock()
+	defer r.nextMu.Unlock()
 	r.traces = next
 }
 
@@ -260,9 +262,9 @@ func (r *tokenwireReceiver) emitLoop(ctx context.Context) {
 func (r *tokenwireReceiver) emit(ctx context.Context) {
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	r.mu.Lock()
+	r.nextMu.Lock()
 	next := r.metrics
-	r.mu.Unlock()
+	r.nextMu.Unlock()
 	if next == nil {
 		return
 	}

@@ -1,0 +1,107 @@
+package tokenwirereceiver
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+
+	tests := []struct {
+		id   component.ID
+		want func() *Config
+	}{
+		{id: component.NewID(metadata.Type), want: createDefaultConfig},
+		{
+			id: component.NewIDWithName(metadata.Type, "custom"),
+			want: func() *Config {
+				c := createDefaultConfig()
+				c.CollectionInterval = 30 * time.Second
+				c.HookPreference = []string{"tp_btf", "tracepoint"}
+				c.RingBufferSize = 1 << 20
+				c.Handshake.Ports = []int{443, 8000}
+				c.Handshake.MaxTrackedSockets = 1024
+				c.Metrics.TokenwireTCPHandshakeFailures.Enabled = false
+				return c
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id.String(), func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			sub, err := cm.Sub(tt.id.String())
+			require.NoError(t, err)
+			require.NoError(t, sub.Unmarshal(cfg))
+			require.NoError(t, confmap.Validate(cfg))
+			want := tt.want()
+			got := cfg.(*Config)
+			// The generated metric config remembers whether the user set
+			// a field (unexported); compare what users see, then the rest.
+			require.Equal(t, want.Metrics.TokenwireTCPHandshakeFailures.Enabled, got.Metrics.TokenwireTCPHandshakeFailures.Enabled)
+			want.MetricsBuilderConfig = got.MetricsBuilderConfig
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	require.NoError(t, confmap.Validate(createDefaultConfig()))
+}
+
+// TestValidateRejectsEveryBadField checks that each invalid value is
+// rejected with an error naming its key.
+func TestValidateRejectsEveryBadField(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"zero interval", func(c *Config) { c.CollectionInterval = 0 }, "collection_interval: must be positive"},
+		{"negative interval", func(c *Config) { c.CollectionInterval = -time.Second }, "collection_interval: must be positive"},
+		{"no hooks", func(c *Config) { c.HookPreference = []string{} }, "hook_preference: must list at least one"},
+		{"unknown hook", func(c *Config) { c.HookPreference = []string{"tp_btf", "uprobe"} }, `hook_preference[1]: unknown hook type "uprobe"`},
+		{"repeated hook", func(c *Config) { c.HookPreference = []string{"kprobe", "kprobe"} }, `hook_preference[1]: "kprobe" is listed twice`},
+		{"ring buffer not a power of two", func(c *Config) { c.RingBufferSize = 300000 }, "ring_buffer_size: must be a power of two"},
+		{"ring buffer below a page", func(c *Config) { c.RingBufferSize = 1024 }, "ring_buffer_size: must be a power of two"},
+		{"negative ring buffer", func(c *Config) { c.RingBufferSize = -4096 }, "ring_buffer_size: must be a power of two"},
+		{"empty port list", func(c *Config) { c.Handshake.Ports = []int{} }, "handshake.ports: empty list"},
+		{"port 0", func(c *Config) { c.Handshake.Ports = []int{0} }, "handshake.ports[0]: port 0 is outside 1-65535"},
+		{"port above 65535", func(c *Config) { c.Handshake.Ports = []int{80, 65536} }, "handshake.ports[1]: port 65536 is outside 1-65535"},
+		{"negative port", func(c *Config) { c.Handshake.Ports = []int{-1} }, "handshake.ports[0]: port -1 is outside 1-65535"},
+		{"duplicate port", func(c *Config) { c.Handshake.Ports = []int{8000, 8000} }, "handshake.ports[1]: port 8000 is listed twice"},
+		{"zero tracked sockets", func(c *Config) { c.Handshake.MaxTrackedSockets = 0 }, "handshake.max_tracked_sockets: must be between 1"},
+		{"negative tracked sockets", func(c *Config) { c.Handshake.MaxTrackedSockets = -5 }, "handshake.max_tracked_sockets: must be between 1"},
+		{"huge tracked sockets", func(c *Config) { c.Handshake.MaxTrackedSockets = 1 << 30 }, "handshake.max_tracked_sockets: must be between 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := createDefaultConfig()
+			tt.mutate(cfg)
+			err := confmap.Validate(cfg)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+
+	// Several bad fields at once: every one is reported, not just the first.
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 0
+	cfg.RingBufferSize = 3
+	cfg.Handshake.Ports = []int{0}
+	err := confmap.Validate(cfg)
+	require.Error(t, err)
+	for _, key := range []string{"collection_interval", "ring_buffer_size", "handshake.ports[0]"} {
+		require.True(t, strings.Contains(err.Error(), key), "error %q does not name %s", err, key)
+	}
+}
