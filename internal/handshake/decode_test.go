@@ -57,7 +57,7 @@ func TestDecode(t *testing.T) {
 			Local: netip.MustParseAddrPort("192.0.2.1:40000"), Remote: netip.MustParseAddrPort("192.0.2.2:8000"),
 		}},
 		{"duration unknown", unknown, Event{
-			Role: RoleServer,
+			Role:  RoleServer,
 			Local: netip.MustParseAddrPort("[2001:db8::1]:8000"), Remote: netip.MustParseAddrPort("[2001:db8::2]:50000"),
 		}},
 	}

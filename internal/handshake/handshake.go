@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -17,11 +16,11 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/probe"
 )
 
 // Config says what to load and how big to make it.
@@ -143,33 +142,18 @@ func (t *Tracer) open(cfg Config) (err error) {
 		}
 	}
 
-	replacements := map[string]*ebpf.Map{
+	maps := map[string]*ebpf.Map{
 		"tw_hs_ports":    t.maps.TwHsPorts,
 		"tw_hs_syn_sent": t.maps.TwHsSynSent,
 		"tw_hs_events":   t.maps.TwHsEvents,
 		"tw_hs_counters": t.maps.TwHsCounters,
 	}
-	variant := func(progName string, attach func(*ebpf.Program) (link.Link, error)) hook.Attach {
-		return func() (io.Closer, error) {
-			return loadAndAttach(spec, replacements, progName, attach)
-		}
-	}
-	t.choice, err = hook.Choose(cfg.HookOrder, map[hook.Kind]hook.Attach{
-		hook.Fentry: variant("tw_hs_fentry", func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachTracing(link.TracingOptions{Program: p})
-		}),
-		hook.TPBTF: variant("tw_hs_tp_btf", func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachTracing(link.TracingOptions{Program: p})
-		}),
-		hook.RawTracepoint: variant("tw_hs_raw_tp", func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachRawTracepoint(link.RawTracepointOptions{Name: tracepointName, Program: p})
-		}),
-		hook.Tracepoint: variant("tw_hs_tp", func(p *ebpf.Program) (link.Link, error) {
-			return link.Tracepoint(tracepointGroup, tracepointName, p, nil)
-		}),
-		hook.Kprobe: variant("tw_hs_kprobe", func(p *ebpf.Program) (link.Link, error) {
-			return link.Kprobe(kernelFunc, p, nil)
-		}),
+	t.choice, err = probe.Choose(spec, maps, cfg.HookOrder, []probe.Variant{
+		{Kind: hook.Fentry, Program: "tw_hs_fentry", Attach: probe.Tracing()},
+		{Kind: hook.TPBTF, Program: "tw_hs_tp_btf", Attach: probe.Tracing()},
+		{Kind: hook.RawTracepoint, Program: "tw_hs_raw_tp", Attach: probe.RawTracepoint(tracepointName)},
+		{Kind: hook.Tracepoint, Program: "tw_hs_tp", Attach: probe.Tracepoint(tracepointGroup, tracepointName)},
+		{Kind: hook.Kprobe, Program: "tw_hs_kprobe", Attach: probe.Kprobe(kernelFunc)},
 	})
 	if err != nil {
 		return fmt.Errorf("attaching the handshake probe: %w", err)
@@ -179,38 +163,6 @@ func (t *Tracer) open(cfg Config) (err error) {
 		return fmt.Errorf("opening the handshake ring buffer: %w", err)
 	}
 	return nil
-}
-
-// attached is a loaded program and its link; closing it detaches first.
-type attached struct {
-	prog *ebpf.Program
-	link link.Link
-}
-
-func (a *attached) Close() error {
-	return errors.Join(a.link.Close(), a.prog.Close())
-}
-
-// loadAndAttach loads the one program progName against the shared maps and
-// attaches it. Each variant is loaded on its own so that a kernel refusing
-// one hook type (fentry here) does not stop the others from loading.
-func loadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string,
-	attach func(*ebpf.Program) (link.Link, error)) (io.Closer, error) {
-	var objs struct {
-		Prog *ebpf.Program `ebpf:"prog"`
-	}
-	one := spec.Copy()
-	ps := one.Programs[progName]
-	one.Programs = map[string]*ebpf.ProgramSpec{"prog": ps}
-	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
-		return nil, fmt.Errorf("load: %w", err)
-	}
-	l, err := attach(objs.Prog)
-	if err != nil {
-		objs.Prog.Close()
-		return nil, fmt.Errorf("attach: %w", err)
-	}
-	return &attached{prog: objs.Prog, link: l}, nil
 }
 
 // Hook reports the chosen hook type and the ones refused before it.

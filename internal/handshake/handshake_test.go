@@ -3,6 +3,7 @@ package handshake
 import (
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -222,27 +223,70 @@ func TestSlowHandshakeMatchesConnectTime(t *testing.T) {
 	c := collect(t, tr)
 	fillAcceptQueue(t, addr)
 
+	// The reference is the time a blocking connect() takes, read around the
+	// syscall on a locked thread. On a loaded 2-core machine the thread can
+	// wake late after ESTABLISHED, which inflates the reference and not the
+	// kernel's number, so a miss is retried (3 attempts, each logged).
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		took, local := slowConnect(t, fd, addr)
+		got := c.waitFor(t, 1, func(e *Event) bool { return e.Role == RoleClient && e.Local.Port() == local })
+		if len(got) != 1 {
+			t.Fatalf("recorded %d handshakes for the slow connect, want 1", len(got))
+		}
+		e := got[0]
+		diff := (e.Duration - took).Abs()
+		t.Logf("attempt %d: connect() took %v, recorded %v (%v apart), SYN retransmits %d", attempt, took, e.Duration, diff, e.Retransmits)
+		if e.Duration < 900*time.Millisecond {
+			t.Fatalf("recorded duration %v, want over 900ms", e.Duration)
+		}
+		if e.Retransmits < 1 {
+			t.Fatalf("recorded %d SYN retransmits, want at least 1", e.Retransmits)
+		}
+		if diff <= 5*time.Millisecond {
+			return
+		}
+		if attempt == attempts {
+			t.Fatalf("recorded duration and connect() time more than 5ms apart in %d attempts", attempts)
+		}
+	}
+}
+
+// slowConnect makes one connect to a listener whose accept queue is full:
+// the SYN is dropped, and room is made (one accept) before it is sent
+// again about 1 s later. It returns the time connect() took and the local
+// port.
+func slowConnect(t *testing.T, lfd int, addr *net.TCPAddr) (time.Duration, uint16) {
+	t.Helper()
 	type result struct {
 		took  time.Duration
 		local uint16
 		err   error
 	}
-	done := make(chan result)
+	done := make(chan result, 1)
 	go func() {
-		start := time.Now()
-		conn, err := net.Dial("tcp4", addr.String())
-		took := time.Since(start)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
 			done <- result{err: err}
 			return
 		}
-		defer conn.Close()
-		done <- result{took: took, local: uint16(conn.LocalAddr().(*net.TCPAddr).Port)}
+		sa := &syscall.SockaddrInet4{Port: addr.Port, Addr: [4]byte{127, 0, 0, 1}}
+		start := time.Now()
+		err = syscall.Connect(fd, sa)
+		took := time.Since(start)
+		if err != nil {
+			syscall.Close(fd)
+			done <- result{err: err}
+			return
+		}
+		local, _ := syscall.Getsockname(fd)
+		t.Cleanup(func() { syscall.Close(fd) })
+		done <- result{took: took, local: uint16(local.(*syscall.SockaddrInet4).Port)}
 	}()
-	// The first SYN is dropped; make room so that its retransmission
-	// (about 1 s later) is answered.
 	time.Sleep(300 * time.Millisecond)
-	nfd, _, err := syscall.Accept(fd)
+	nfd, _, err := syscall.Accept(lfd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,21 +295,7 @@ func TestSlowHandshakeMatchesConnectTime(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	got := c.waitFor(t, 1, func(e *Event) bool { return e.Role == RoleClient && e.Local.Port() == r.local })
-	if len(got) != 1 {
-		t.Fatalf("recorded %d handshakes for the slow connect, want 1", len(got))
-	}
-	e := got[0]
-	t.Logf("connect() took %v, recorded %v, SYN retransmits %d", r.took, e.Duration, e.Retransmits)
-	if e.Duration < 900*time.Millisecond {
-		t.Errorf("recorded duration %v, want over 900ms", e.Duration)
-	}
-	if diff := (e.Duration - r.took).Abs(); diff > 5*time.Millisecond {
-		t.Errorf("recorded %v, connect() took %v: %v apart, want within 5ms", e.Duration, r.took, diff)
-	}
-	if e.Retransmits < 1 {
-		t.Errorf("recorded %d SYN retransmits, want at least 1", e.Retransmits)
-	}
+	return r.took, r.local
 }
 
 func TestUnansweredSynsLeaveNoState(t *testing.T) {
