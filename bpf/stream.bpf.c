@@ -1,0 +1,660 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Streams: time to first token, chunk intervals, bytes and duration of
+ * streamed responses, per server socket.
+ *
+ * Four kernel events drive a small state machine per watched socket:
+ *   sk_data_ready        request bytes reached the socket (softirq):
+ *                        IDLE/RESPONSE -> REQUEST, request time = now
+ *   sock_recv_length     the application read them: copy the request's head
+ *                        from its buffer (method, path, headers, model)
+ *   tcp_sendmsg_locked   a write starts (process context): peek its first
+ *                        or last bytes (headers, terminators)
+ *   sock_send_length     a write finished with its byte count: the first one
+ *                        starts the response, later ones are body chunks
+ *   inet_sock_set_state  close, peer close or reset ends the stream
+ *
+ * Per-chunk work updates the socket's state in place (no upsert, no
+ * record): the chunk-interval histogram lives in the state and reaches user
+ * space in a PROGRESS record at most once per flush interval, and in the
+ * END record. Ring-buffer traffic is per stream, not per chunk.
+ */
+#include "vmlinux.h"
+#include "bpf_helpers.h"
+#include "bpf_core_read.h"
+#include "bpf_tracing.h"
+#include "bpf_endian.h"
+#include "stream.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define ECONNRESET 104
+#define EPIPE 32
+
+/* Configuration, set before load (.rodata: the verifier prunes by it). */
+const volatile __u64 coalesce_ns = 500000;    /* writes closer than this are one chunk */
+const volatile __u64 flush_ns = 1000000000;   /* PROGRESS at most this often per stream */
+const volatile __u8 chunk_records = 0;        /* one CHUNK record per chunk (diagnostics) */
+const volatile __u64 gap_bounds_ns[TW_GAP_BUCKETS - 1] = {};
+
+struct stream_state {
+	__u64 req_ts;
+	__u64 headers_ts;
+	__u64 first_chunk_ts;
+	__u64 last_chunk_ts;
+	__u64 last_write_ts;
+	__u64 last_flush_ts;
+	__u64 bytes;
+	__u64 gap_sum_ns;
+	__u64 gap_max_ns;
+	__u32 chunks;
+	__u32 seq;
+	__u32 pid;
+	__u32 req_captured; /* request bytes read by the application so far */
+	__u32 _pad;
+	__u32 hdr_len;      /* header length of the first write, if found */
+	__u32 gap_counts[TW_GAP_BUCKETS];
+	__u8 state;         /* enum tw_stream_state */
+	__u8 in_write;      /* a write's peek ran, its byte count is pending */
+	__u8 write_flags;   /* what the peek found */
+	__u8 resp_flags;    /* enum tw_response_flag of this response */
+};
+
+#define WRITE_TERMINATOR 1
+#define WRITE_PEEKED 2
+
+/* Server ports to watch: index = port, value != 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} tw_st_ports SEC(".maps");
+
+/* Per-socket stream state; max_entries from config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stream_state);
+} tw_st_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} tw_st_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TW_ST_COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} tw_st_counters SEC(".maps");
+
+const struct stream_payload *unused_stream_payload __attribute__((unused));
+const struct stream_stats *unused_stream_stats __attribute__((unused));
+const enum tw_stream_record *unused_tw_stream_record __attribute__((unused));
+const enum tw_end_reason *unused_tw_end_reason __attribute__((unused));
+const enum tw_stream_counter *unused_tw_stream_counter __attribute__((unused));
+const enum tw_response_flag *unused_tw_response_flag __attribute__((unused));
+const enum tw_stream_state *unused_tw_stream_state __attribute__((unused));
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&tw_st_counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int port_watched(__u16 port)
+{
+	__u32 key = port;
+	__u8 *v = bpf_map_lookup_elem(&tw_st_ports, &key);
+	return v && *v;
+}
+
+static __always_inline void fill_endpoints(struct stream_stats *r, const struct sock *sk)
+{
+	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	r->family = family;
+	r->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	r->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (family == AF_INET) {
+		bpf_core_read(r->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(r->daddr, 4, &sk->__sk_common.skc_daddr);
+	} else {
+		bpf_core_read(r->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(r->daddr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+}
+
+/* emit_stats sends a PROGRESS, END or CHUNK record from the state. */
+static __always_inline void emit_stats(const struct sock *sk, struct stream_state *st, __u8 kind,
+				       __u8 reason, __u64 now)
+{
+	struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+	if (!r) {
+		count(TW_ST_COUNTER_RINGBUF_LOST);
+		return;
+	}
+	r->id.sock = (__u64)sk;
+	r->id.seq = st->seq;
+	r->id.kind = kind;
+	r->id.reason = reason;
+	r->id.len = 0;
+	r->req_ts = st->req_ts;
+	r->headers_ts = st->headers_ts;
+	r->first_chunk_ts = st->first_chunk_ts;
+	r->last_chunk_ts = st->last_chunk_ts;
+	r->end_ts = kind == TW_REC_END ? now : 0;
+	r->bytes = st->bytes;
+	r->gap_sum_ns = st->gap_sum_ns;
+	r->gap_max_ns = st->gap_max_ns;
+	r->chunks = st->chunks;
+	r->pid = st->pid;
+	r->_pad = 0;
+	r->_pad2 = 0;
+	for (int i = 0; i < TW_GAP_BUCKETS; i++) {
+		r->gap_counts[i] = st->gap_counts[i];
+		st->gap_counts[i] = 0;
+	}
+	fill_endpoints(r, sk);
+	bpf_ringbuf_submit(r, 0);
+	st->last_flush_ts = now;
+}
+
+static __always_inline void end_stream(const struct sock *sk, struct stream_state *st, __u8 reason,
+				       __u64 now)
+{
+	if (st->state == TW_ST_IDLE)
+		return;
+	if (st->state == TW_ST_REQUEST)
+		reason = TW_END_NO_RESPONSE;
+	emit_stats(sk, st, TW_REC_END, reason, now);
+	st->state = TW_ST_IDLE;
+}
+
+/* ---- request side ---- */
+
+/* capture_request copies the head of the request from the buffer the
+ * application just read it into. sock_recv_length runs in the reader's
+ * syscall, so the syscall's own arguments, saved in its pt_regs, name that
+ * buffer: no per-syscall hook is needed, and the data is read exactly once
+ * whatever the skb layout (loopback and GRO put payload in page frags that
+ * BPF cannot reach at arrival). Only the first 2 * TW_PEEK_MAX bytes of a
+ * request are kept; user space reassembles slices by offset. */
+#if defined(__TARGET_ARCH_x86)
+#define NR_READ 0
+#define NR_READV 19
+#define NR_RECVFROM 45
+#define NR_RECVMSG 47
+
+static __always_inline const void *syscall_buffer(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return NULL;
+	long nr = BPF_CORE_READ(regs, orig_ax);
+	const void *arg = (const void *)BPF_CORE_READ(regs, si);
+	struct iovec iov;
+	switch (nr) {
+	case NR_READ:
+	case NR_RECVFROM:
+		return arg;
+	case NR_READV:
+		if (bpf_probe_read_user(&iov, sizeof(iov), arg))
+			return NULL;
+		return iov.iov_base;
+	case NR_RECVMSG: {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), arg) ||
+		    bpf_probe_read_user(&iov, sizeof(iov), m.msg_iov))
+			return NULL;
+		return iov.iov_base;
+	}
+	}
+	return NULL;
+}
+#else
+static __always_inline const void *syscall_buffer(void)
+{
+	return NULL;
+}
+#endif
+
+static __always_inline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
+{
+	if (st->req_captured >= 2 * TW_PEEK_MAX)
+		return;
+	const void *buf = syscall_buffer();
+	if (!buf)
+		return;
+	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+	if (!r) {
+		count(TW_ST_COUNTER_RINGBUF_LOST);
+		return;
+	}
+	__u32 n = ret > TW_PEEK_MAX ? TW_PEEK_MAX : ret;
+	if (n == 0 || bpf_probe_read_user(r->data, n, buf) != 0) {
+		bpf_ringbuf_discard(r, 0);
+		return;
+	}
+	r->id.sock = (__u64)sk;
+	r->id.seq = st->seq;
+	r->id.kind = TW_REC_REQUEST;
+	r->id.reason = 0;
+	r->id.len = n;
+	r->ts_ns = bpf_ktime_get_ns();
+	r->offset = st->req_captured;
+	r->total = ret;
+	r->pid = bpf_get_current_pid_tgid() >> 32;
+	r->_pad = 0;
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	bpf_ringbuf_submit(r, 0);
+	st->req_captured += ret;
+}
+
+static __always_inline int on_recv_length(const struct sock *sk, int ret)
+{
+	if (ret <= 0)
+		return 0;
+	__u64 key = (__u64)sk;
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
+	if (!st || st->state != TW_ST_REQUEST)
+		return 0;
+	capture_request(sk, st, ret);
+	return 0;
+}
+
+static __always_inline int on_data_ready(const struct sock *sk)
+{
+	if (!port_watched(BPF_CORE_READ(sk, __sk_common.skc_num)))
+		return 0;
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	/* Only new bytes make a request (not a FIN or a pure ACK). */
+	__u32 copied = BPF_CORE_READ(tp, copied_seq);
+	if (BPF_CORE_READ(tp, rcv_nxt) == copied)
+		return 0;
+
+	__u64 key = (__u64)sk;
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
+	if (!st) {
+		/* First bytes on this connection: the one insert per socket. */
+		struct stream_state fresh = {};
+		if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0) {
+			count(TW_ST_COUNTER_TRACK_FAILED);
+		}
+		st = bpf_map_lookup_elem(&tw_st_socks, &key);
+		if (!st)
+			return 0;
+		count(TW_ST_COUNTER_NEW_SOCKETS);
+	}
+	__u64 now = bpf_ktime_get_ns();
+	if (st->state != TW_ST_REQUEST) {
+		end_stream(sk, st, TW_END_NEXT_REQUEST, now);
+		st->state = TW_ST_REQUEST;
+		st->seq++;
+		st->headers_ts = 0;
+		st->first_chunk_ts = 0;
+		st->last_chunk_ts = 0;
+		st->last_write_ts = 0;
+		st->last_flush_ts = now;
+		st->bytes = 0;
+		st->gap_sum_ns = 0;
+		st->gap_max_ns = 0;
+		st->chunks = 0;
+		st->req_captured = 0;
+		st->hdr_len = 0;
+		st->resp_flags = 0;
+		for (int i = 0; i < TW_GAP_BUCKETS; i++)
+			st->gap_counts[i] = 0;
+	}
+	st->req_ts = now; /* the last byte of the request wins */
+	return 0;
+}
+
+/* ---- write side: peek ---- */
+
+/* user_span returns the user buffer a write starts with and its length. */
+static __always_inline int write_buffer(const struct msghdr *msg, const void **base, __u64 *len)
+{
+	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
+	__u64 count = BPF_CORE_READ(msg, msg_iter.count);
+	__u64 off = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		*base = BPF_CORE_READ(msg, msg_iter.ubuf) + off;
+		*len = count;
+		return 0;
+	}
+	if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+		const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
+		struct iovec first;
+		if (bpf_probe_read_kernel(&first, sizeof(first), iov))
+			return -1;
+		*base = first.iov_base + off;
+		*len = first.iov_len - off < count ? first.iov_len - off : count;
+		return 0;
+	}
+	return -1;
+}
+
+/* last_bytes reads the final 8 bytes of a write (zero-padded in front when
+ * the write is shorter), for the chunked-encoding terminator. */
+static __always_inline int last_bytes(const struct msghdr *msg, __u8 out[8])
+{
+	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
+	__u64 count = BPF_CORE_READ(msg, msg_iter.count);
+	const __u8 *end;
+	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
+		end = BPF_CORE_READ(msg, msg_iter.ubuf) + BPF_CORE_READ(msg, msg_iter.iov_offset) + count;
+	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
+		const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
+		__u64 nr = BPF_CORE_READ(msg, msg_iter.nr_segs);
+		struct iovec last;
+		if (nr == 0 || nr > 1024 || bpf_probe_read_kernel(&last, sizeof(last), iov + (nr - 1)))
+			return -1;
+		end = (const __u8 *)last.iov_base + last.iov_len;
+		if (last.iov_len < 8)
+			return -1; /* the terminator is split across iovecs: leave it */
+	} else {
+		return -1;
+	}
+	__builtin_memset(out, 0, 8);
+	if (count >= 8)
+		return bpf_probe_read_user(out, 8, end - 8);
+	if (count == 5)
+		return bpf_probe_read_user(out + 3, 5, end - 5);
+	return -1;
+}
+
+static __always_inline int is_terminator(const __u8 b[8])
+{
+	/* "...\r\n0\r\n\r\n" ends a chunked body; a lone "0\r\n\r\n" too. */
+	if (b[3] != '0' || b[4] != '\r' || b[5] != '\n' || b[6] != '\r' || b[7] != '\n')
+		return 0;
+	return (b[1] == '\r' && b[2] == '\n') || (b[0] == 0 && b[1] == 0 && b[2] == 0);
+}
+
+static __always_inline int is_done_event(const void *base, __u64 len)
+{
+	/* "data: [DONE]" as its own write ends an OpenAI-style SSE stream. */
+	char b[12];
+	if (len < 12 || len > 16 || bpf_probe_read_user(b, sizeof(b), base))
+		return 0;
+	return b[0] == 'd' && b[1] == 'a' && b[2] == 't' && b[3] == 'a' && b[4] == ':' && b[5] == ' ' &&
+	       b[6] == '[' && b[7] == 'D' && b[8] == 'O' && b[9] == 'N' && b[10] == 'E' && b[11] == ']';
+}
+
+/* peek_response sends the head of the response's first write to user
+ * space and finds where its headers end. */
+static __always_inline void peek_response(const struct sock *sk, struct stream_state *st,
+					  const struct msghdr *msg)
+{
+	const void *base;
+	__u64 len;
+	if (write_buffer(msg, &base, &len))
+		return;
+	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+	if (!r) {
+		count(TW_ST_COUNTER_RINGBUF_LOST);
+		return;
+	}
+	__u32 n = len > TW_PEEK_MAX ? TW_PEEK_MAX : len;
+	if (n == 0 || bpf_probe_read_user(r->data, n, base)) {
+		bpf_ringbuf_discard(r, 0);
+		return;
+	}
+	__u8 flags = 0;
+	__u32 hdr = 0;
+	if (n >= 8 && r->data[0] == 'H' && r->data[1] == 'T' && r->data[2] == 'T' && r->data[3] == 'P' &&
+	    r->data[4] == '/' && r->data[5] == '1' && r->data[6] == '.') {
+		flags |= TW_RESP_HTTP;
+		for (__u32 i = 3; i < TW_PEEK_MAX; i++) {
+			if (i >= n)
+				break;
+			if (r->data[i] == '\n' && r->data[i - 1] == '\r' && r->data[i - 2] == '\n' &&
+			    r->data[i - 3] == '\r') {
+				hdr = i + 1;
+				flags |= TW_RESP_HEAD_FOUND;
+				break;
+			}
+		}
+	}
+	st->resp_flags = flags;
+	st->hdr_len = hdr;
+	r->id.sock = (__u64)sk;
+	r->id.seq = st->seq;
+	r->id.kind = TW_REC_RESPONSE;
+	r->id.reason = flags;
+	r->id.len = n;
+	r->ts_ns = bpf_ktime_get_ns();
+	r->offset = hdr;
+	r->total = len;
+	r->pid = bpf_get_current_pid_tgid() >> 32;
+	r->_pad = 0;
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	bpf_ringbuf_submit(r, 0);
+}
+
+static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr *msg)
+{
+	__u64 key = (__u64)sk;
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
+	if (!st || st->in_write || st->state == TW_ST_IDLE)
+		return 0; /* a continuation of this write, or no request pending */
+	st->in_write = 1;
+	st->write_flags = WRITE_PEEKED;
+	if (st->state == TW_ST_REQUEST) {
+		peek_response(sk, st, msg);
+		return 0;
+	}
+	__u8 tail[8];
+	if (last_bytes(msg, tail) == 0 && is_terminator(tail)) {
+		st->write_flags |= WRITE_TERMINATOR;
+		return 0;
+	}
+	const void *base;
+	__u64 len;
+	if (write_buffer(msg, &base, &len) == 0 && is_done_event(base, len))
+		st->write_flags |= WRITE_TERMINATOR;
+	return 0;
+}
+
+/* ---- write side: accounting ---- */
+
+static __always_inline __u32 gap_bucket(__u64 gap)
+{
+	__u32 i = 0;
+	for (; i < TW_GAP_BUCKETS - 1; i++) {
+		if (gap <= gap_bounds_ns[i])
+			break;
+	}
+	return i;
+}
+
+static __always_inline void chunk(const struct sock *sk, struct stream_state *st, __u64 n, __u64 now)
+{
+	if (st->chunks && now - st->last_write_ts < coalesce_ns) {
+		/* Part of the same burst (a chunk written in several writes). */
+		st->bytes += n;
+		st->last_write_ts = now;
+		return;
+	}
+	if (st->chunks) {
+		__u64 gap = now - st->last_chunk_ts;
+		__u32 b = gap_bucket(gap);
+		if (b < TW_GAP_BUCKETS)
+			st->gap_counts[b]++;
+		st->gap_sum_ns += gap;
+		if (gap > st->gap_max_ns)
+			st->gap_max_ns = gap;
+	}
+	st->chunks++;
+	st->bytes += n;
+	st->last_chunk_ts = now;
+	st->last_write_ts = now;
+	if (st->chunks == 1) {
+		st->first_chunk_ts = now;
+		/* TTFT reaches user space now, not at the end of a long stream. */
+		emit_stats(sk, st, TW_REC_PROGRESS, 0, now);
+		return;
+	}
+	if (chunk_records) {
+		struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+		if (r) {
+			__builtin_memset(r, 0, sizeof(*r));
+			r->id.sock = (__u64)sk;
+			r->id.seq = st->seq;
+			r->id.kind = TW_REC_CHUNK;
+			r->last_chunk_ts = now;
+			r->bytes = n;
+			r->chunks = st->chunks;
+			bpf_ringbuf_submit(r, 0);
+		} else {
+			count(TW_ST_COUNTER_RINGBUF_LOST);
+		}
+	}
+	if (now - st->last_flush_ts >= flush_ns)
+		emit_stats(sk, st, TW_REC_PROGRESS, 0, now);
+}
+
+static __always_inline int on_send_length(const struct sock *sk, int ret)
+{
+	__u64 key = (__u64)sk;
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
+	if (!st)
+		return 0;
+	__u8 flags = st->write_flags;
+	st->in_write = 0;
+	st->write_flags = 0;
+	if (ret <= 0 || st->state == TW_ST_IDLE)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (st->state == TW_ST_REQUEST) {
+		st->state = TW_ST_RESPONSE;
+		st->headers_ts = now;
+		st->pid = bpf_get_current_pid_tgid() >> 32;
+		if (!(flags & WRITE_PEEKED) || !(st->resp_flags & TW_RESP_HTTP)) {
+			chunk(sk, st, ret, now); /* opaque: every write is a chunk */
+			return 0;
+		}
+		if ((st->resp_flags & TW_RESP_HEAD_FOUND) && st->hdr_len < (__u32)ret)
+			chunk(sk, st, ret - st->hdr_len, now); /* body came with the headers */
+		return 0;
+	}
+	if (flags & WRITE_TERMINATOR) {
+		st->bytes += ret;
+		end_stream(sk, st, TW_END_TERMINATOR, now);
+		return 0;
+	}
+	chunk(sk, st, ret, now);
+	return 0;
+}
+
+/* ---- connection state ---- */
+
+static __always_inline int on_state(const struct sock *sk, int oldstate, int newstate)
+{
+	if (newstate != TCP_CLOSE && newstate != TCP_CLOSE_WAIT && newstate != TCP_FIN_WAIT1)
+		return 0;
+	__u64 key = (__u64)sk;
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
+	if (!st)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (newstate == TCP_CLOSE_WAIT) {
+		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);
+		return 0;
+	}
+	if (newstate == TCP_FIN_WAIT1) {
+		end_stream(sk, st, TW_END_CLOSE, now);
+		return 0;
+	}
+	int err = BPF_CORE_READ(sk, sk_err);
+	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
+	bpf_map_delete_elem(&tw_st_socks, &key);
+	return 0;
+}
+
+/* ---- entry points, one per hook type ---- */
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(tw_st_ready_btf, const struct sock *sk)
+{
+	return on_data_ready(sk);
+}
+
+SEC("raw_tracepoint/sk_data_ready")
+int tw_st_ready_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_data_ready((const struct sock *)ctx->args[0]);
+}
+
+SEC("tracepoint/sock/sk_data_ready")
+int tw_st_ready_tp(struct trace_event_raw_sk_data_ready *ctx)
+{
+	return on_data_ready((const struct sock *)ctx->skaddr);
+}
+
+/* Only the BTF-typed variant can name the reader's buffer (it needs
+ * bpf_get_current_task_btf); without it streams carry no request details. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(tw_st_recv_btf, struct sock *sk, int ret)
+{
+	return on_recv_length(sk, ret);
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(tw_st_peek_btf, const struct sock *sk, const struct msghdr *msg)
+{
+	return on_sendmsg(sk, msg);
+}
+
+SEC("raw_tracepoint/tcp_sendmsg_locked")
+int tw_st_peek_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_sendmsg((const struct sock *)ctx->args[0], (const struct msghdr *)ctx->args[1]);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_st_sent_btf, struct sock *sk, int ret)
+{
+	return on_send_length(sk, ret);
+}
+
+SEC("raw_tracepoint/sock_send_length")
+int tw_st_sent_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1]);
+}
+
+SEC("tracepoint/sock/sock_send_length")
+int tw_st_sent_tp(struct trace_event_raw_sock_msg_length *ctx)
+{
+	return on_send_length((const struct sock *)ctx->sk, ctx->ret);
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(tw_st_state_btf, const struct sock *sk, int oldstate, int newstate)
+{
+	return on_state(sk, oldstate, newstate);
+}
+
+SEC("raw_tracepoint/inet_sock_set_state")
+int tw_st_state_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	return on_state((const struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2]);
+}
+
+SEC("tracepoint/sock/inet_sock_set_state")
+int tw_st_state_tp(struct trace_event_raw_inet_sock_set_state *ctx)
+{
+	return on_state((const struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate);
+}

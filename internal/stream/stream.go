@@ -1,0 +1,409 @@
+// Package stream loads and attaches tokenwire's stream probe and reads the
+// records it writes: request and response heads, per-stream progress and
+// the end of each streamed response.
+//
+// The kernel side (bpf/stream.bpf.c) keeps one small state machine per
+// watched server socket; see its header comment for the model.
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/probe"
+)
+
+// GapBuckets is the number of chunk-interval histogram buckets the kernel
+// keeps (len(Config.GapBounds)+1).
+const GapBuckets = len(bpf.StreamStreamStats{}.GapCounts)
+
+// PeekMax is how many bytes of a request segment or response head a
+// record carries.
+const PeekMax = len(bpf.StreamStreamPayload{}.Data)
+
+// Config says what to watch and how big to make it.
+type Config struct {
+	// Ports are the server ports whose sockets are tracked.
+	Ports []uint16
+	// MaxSockets bounds the per-socket state map (LRU).
+	MaxSockets uint32
+	// RingBufferBytes is the ring buffer's size (power of two, >= page).
+	RingBufferBytes uint32
+	// HookOrder lists the hook types to try, in order.
+	HookOrder []hook.Kind
+	// Coalesce joins writes closer than this into one chunk.
+	Coalesce time.Duration
+	// FlushInterval is the longest a stream's chunk intervals wait in the
+	// kernel before a PROGRESS record carries them out.
+	FlushInterval time.Duration
+	// ChunkRecords makes the kernel write one record per chunk (for
+	// accuracy checks; off in production).
+	ChunkRecords bool
+	// GapBounds are the chunk-interval histogram's upper bounds, ascending
+	// (GapBuckets-1 of them).
+	GapBounds []time.Duration
+}
+
+// Kind is a record's kind.
+type Kind uint8
+
+// Record kinds, as in tokenwire's stream.h.
+const (
+	KindRequest  = Kind(bpf.StreamTwStreamRecordTW_REC_REQUEST)
+	KindResponse = Kind(bpf.StreamTwStreamRecordTW_REC_RESPONSE)
+	KindProgress = Kind(bpf.StreamTwStreamRecordTW_REC_PROGRESS)
+	KindEnd      = Kind(bpf.StreamTwStreamRecordTW_REC_END)
+	KindChunk    = Kind(bpf.StreamTwStreamRecordTW_REC_CHUNK)
+)
+
+// EndReason says why a stream ended.
+type EndReason uint8
+
+// End reasons.
+const (
+	EndTerminator   = EndReason(bpf.StreamTwEndReasonTW_END_TERMINATOR)
+	EndNextRequest  = EndReason(bpf.StreamTwEndReasonTW_END_NEXT_REQUEST)
+	EndClose        = EndReason(bpf.StreamTwEndReasonTW_END_CLOSE)
+	EndClientClosed = EndReason(bpf.StreamTwEndReasonTW_END_CLIENT_CLOSED)
+	EndReset        = EndReason(bpf.StreamTwEndReasonTW_END_RESET)
+	EndIdle         = EndReason(bpf.StreamTwEndReasonTW_END_IDLE)
+	EndNoResponse   = EndReason(bpf.StreamTwEndReasonTW_END_NO_RESPONSE)
+)
+
+func (r EndReason) String() string {
+	switch r {
+	case EndTerminator:
+		return "terminator"
+	case EndNextRequest:
+		return "next_request"
+	case EndClose:
+		return "close"
+	case EndClientClosed:
+		return "client_closed"
+	case EndReset:
+		return "reset"
+	case EndIdle:
+		return "idle_timeout"
+	case EndNoResponse:
+		return "no_response"
+	}
+	return "unknown"
+}
+
+// Response flags.
+const (
+	RespHTTP      = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
+	RespHeadFound = uint8(bpf.StreamTwResponseFlagTW_RESP_HEAD_FOUND)
+)
+
+// ID identifies a stream: its socket and the request's number on it.
+type ID struct {
+	Sock uint64
+	Seq  uint32
+}
+
+// Record is one decoded record. Which fields are set depends on Kind;
+// Data aliases the Record's own buffer and is valid until the next Read.
+type Record struct {
+	Kind Kind
+	ID   ID
+
+	// Request and Response.
+	TS     uint64 // kernel monotonic ns
+	Offset uint32 // Request: offset in the request; Response: header length (0: not found)
+	Total  uint32 // Request: segment bytes; Response: bytes of the first write
+	PID    uint32
+	Comm   [16]byte
+	Flags  uint8 // Response: RespHTTP, RespHeadFound
+	Data   []byte
+
+	// Progress, End and Chunk.
+	Stats Stats
+	// End only.
+	Reason EndReason
+
+	buf [PeekMax]byte
+}
+
+// Stats is a stream's state as of a Progress, End or Chunk record. All
+// times are kernel monotonic ns; zero means "not yet".
+type Stats struct {
+	RequestTS    uint64
+	HeadersTS    uint64
+	FirstChunkTS uint64
+	LastChunkTS  uint64
+	EndTS        uint64
+	Bytes        uint64 // body bytes (Chunk: this chunk's)
+	GapSum       uint64 // ns, whole stream so far
+	GapMax       uint64 // ns
+	Chunks       uint32
+	PID          uint32
+	// GapCounts counts chunk intervals per bucket since the previous
+	// Progress record of the stream.
+	GapCounts     [GapBuckets]uint32
+	Local, Remote netip.AddrPort
+}
+
+// Counters are kernel-side counters summed over CPUs.
+type Counters struct {
+	RecordsLost uint64
+	NewSockets  uint64
+	TrackFailed uint64
+}
+
+// HookPoint is a kernel event the probe attaches to, and what attached.
+type HookPoint struct {
+	Name   string
+	Choice hook.Choice
+	// Optional hook points may fail to attach: streams then run without
+	// what they give (payload peeks: every stream is opaque).
+	Optional bool
+}
+
+// Tracer is a loaded and attached stream probe.
+type Tracer struct {
+	maps   bpf.StreamMaps
+	points []HookPoint
+	reader *ringbuf.Reader
+	record ringbuf.Record
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ErrClosed is returned by Read after Close.
+var ErrClosed = errors.New("stream tracer closed")
+
+// Open loads the stream probe and attaches each of its hook points with
+// the first hook type the kernel accepts. On error nothing stays loaded.
+func Open(cfg Config) (*Tracer, error) {
+	t := &Tracer{}
+	if err := t.open(cfg); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tracer) open(cfg Config) error {
+	if len(cfg.GapBounds) != GapBuckets-1 {
+		return fmt.Errorf("need %d chunk-interval bounds, got %d", GapBuckets-1, len(cfg.GapBounds))
+	}
+	spec, err := bpf.LoadStream()
+	if err != nil {
+		return err
+	}
+	spec.Maps["tw_st_socks"].MaxEntries = cfg.MaxSockets
+	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
+	var bounds [GapBuckets - 1]uint64
+	for i, b := range cfg.GapBounds {
+		bounds[i] = uint64(b)
+	}
+	for name, v := range map[string]any{
+		"coalesce_ns":   uint64(cfg.Coalesce),
+		"flush_ns":      uint64(cfg.FlushInterval),
+		"chunk_records": boolByte(cfg.ChunkRecords),
+		"gap_bounds_ns": bounds,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
+		return fmt.Errorf("loading stream maps: %w", err)
+	}
+	for _, p := range cfg.Ports {
+		if err := t.maps.TwStPorts.Put(uint32(p), uint8(1)); err != nil {
+			return fmt.Errorf("setting watched port %d: %w", p, err)
+		}
+	}
+	maps := map[string]*ebpf.Map{
+		"tw_st_ports":    t.maps.TwStPorts,
+		"tw_st_socks":    t.maps.TwStSocks,
+		"tw_st_events":   t.maps.TwStEvents,
+		"tw_st_counters": t.maps.TwStCounters,
+	}
+	// The peek goes first so that it is in place before the accounting
+	// hook can see a write; state changes go last.
+	points := []struct {
+		name     string
+		optional bool
+		variants []probe.Variant
+	}{
+		{"tcp_sendmsg_locked", true, []probe.Variant{
+			{Kind: hook.TPBTF, Program: "tw_st_peek_btf", Attach: probe.Tracing()},
+			{Kind: hook.RawTracepoint, Program: "tw_st_peek_raw", Attach: probe.RawTracepoint("tcp_sendmsg_locked")},
+		}},
+		{"sock_recv_length", true, []probe.Variant{
+			{Kind: hook.TPBTF, Program: "tw_st_recv_btf", Attach: probe.Tracing()},
+		}},
+		{"sock_send_length", false, []probe.Variant{
+			{Kind: hook.TPBTF, Program: "tw_st_sent_btf", Attach: probe.Tracing()},
+			{Kind: hook.RawTracepoint, Program: "tw_st_sent_raw", Attach: probe.RawTracepoint("sock_send_length")},
+			{Kind: hook.Tracepoint, Program: "tw_st_sent_tp", Attach: probe.Tracepoint("sock", "sock_send_length")},
+		}},
+		{"sk_data_ready", false, []probe.Variant{
+			{Kind: hook.TPBTF, Program: "tw_st_ready_btf", Attach: probe.Tracing()},
+			{Kind: hook.RawTracepoint, Program: "tw_st_ready_raw", Attach: probe.RawTracepoint("sk_data_ready")},
+			{Kind: hook.Tracepoint, Program: "tw_st_ready_tp", Attach: probe.Tracepoint("sock", "sk_data_ready")},
+		}},
+		{"inet_sock_set_state", false, []probe.Variant{
+			{Kind: hook.TPBTF, Program: "tw_st_state_btf", Attach: probe.Tracing()},
+			{Kind: hook.RawTracepoint, Program: "tw_st_state_raw", Attach: probe.RawTracepoint("inet_sock_set_state")},
+			{Kind: hook.Tracepoint, Program: "tw_st_state_tp", Attach: probe.Tracepoint("sock", "inet_sock_set_state")},
+		}},
+	}
+	for _, p := range points {
+		choice, err := probe.Choose(spec, maps, cfg.HookOrder, p.variants)
+		if err != nil && !p.optional {
+			return fmt.Errorf("attaching the stream probe to %s: %w", p.name, err)
+		}
+		t.points = append(t.points, HookPoint{Name: p.name, Choice: choice, Optional: p.optional})
+	}
+	if t.reader, err = ringbuf.NewReader(t.maps.TwStEvents); err != nil {
+		return fmt.Errorf("opening the stream ring buffer: %w", err)
+	}
+	return nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// HookPoints reports what attached where.
+func (t *Tracer) HookPoints() []HookPoint { return t.points }
+
+// Read blocks until the next record and decodes it into rec. It returns
+// ErrClosed after Close. Not safe for concurrent use; allocates nothing.
+func (t *Tracer) Read(rec *Record) error {
+	if err := t.reader.ReadInto(&t.record); err != nil {
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return ErrClosed
+		}
+		return err
+	}
+	return Decode(t.record.RawSample, rec)
+}
+
+const (
+	keySize     = int(unsafe.Sizeof(bpf.StreamStreamKey{}))
+	payloadSize = int(unsafe.Sizeof(bpf.StreamStreamPayload{}))
+	statsSize   = int(unsafe.Sizeof(bpf.StreamStreamStats{}))
+)
+
+// Decode turns a raw record into rec without allocating.
+func Decode(raw []byte, rec *Record) error {
+	if len(raw) < keySize {
+		return fmt.Errorf("stream record of %d bytes", len(raw))
+	}
+	key := (*bpf.StreamStreamKey)(unsafe.Pointer(&raw[0]))
+	rec.Kind = Kind(key.Kind)
+	rec.ID = ID{Sock: key.Sock, Seq: key.Seq}
+	switch rec.Kind {
+	case KindRequest, KindResponse:
+		if len(raw) < payloadSize {
+			return fmt.Errorf("stream payload record of %d bytes, want %d", len(raw), payloadSize)
+		}
+		p := (*bpf.StreamStreamPayload)(unsafe.Pointer(&raw[0]))
+		n := min(int(key.Len), PeekMax)
+		rec.TS, rec.Offset, rec.Total, rec.PID, rec.Flags = p.TsNs, p.Offset, p.Total, p.Pid, key.Reason
+		for i, c := range p.Comm {
+			rec.Comm[i] = byte(c)
+		}
+		copy(rec.buf[:n], p.Data[:n])
+		rec.Data = rec.buf[:n]
+	case KindProgress, KindEnd, KindChunk:
+		if len(raw) < statsSize {
+			return fmt.Errorf("stream stats record of %d bytes, want %d", len(raw), statsSize)
+		}
+		s := (*bpf.StreamStreamStats)(unsafe.Pointer(&raw[0]))
+		rec.Reason = EndReason(key.Reason)
+		rec.Data = nil
+		rec.Stats = Stats{
+			RequestTS: s.ReqTs, HeadersTS: s.HeadersTs, FirstChunkTS: s.FirstChunkTs,
+			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,
+			GapSum: s.GapSumNs, GapMax: s.GapMaxNs, Chunks: s.Chunks, PID: s.Pid,
+			GapCounts: s.GapCounts,
+			Local:     netip.AddrPortFrom(addr(s.Family, s.Saddr[:]), s.Sport),
+			Remote:    netip.AddrPortFrom(addr(s.Family, s.Daddr[:]), s.Dport),
+		}
+	default:
+		return fmt.Errorf("unknown stream record kind %d", rec.Kind)
+	}
+	return nil
+}
+
+func addr(family uint16, b []byte) netip.Addr {
+	switch family {
+	case syscall.AF_INET:
+		return netip.AddrFrom4([4]byte(b[:4]))
+	case syscall.AF_INET6:
+		return netip.AddrFrom16([16]byte(b[:16]))
+	}
+	return netip.Addr{}
+}
+
+// Counters sums the kernel's per-CPU counters.
+func (t *Tracer) Counters() (Counters, error) {
+	var c Counters
+	for idx, dst := range map[uint32]*uint64{
+		uint32(bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST): &c.RecordsLost,
+		uint32(bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS):  &c.NewSockets,
+		uint32(bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED): &c.TrackFailed,
+	} {
+		var perCPU []uint64
+		if err := t.maps.TwStCounters.Lookup(idx, &perCPU); err != nil {
+			return c, fmt.Errorf("reading counter %d: %w", idx, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return c, nil
+}
+
+// Sockets counts tracked sockets.
+func (t *Tracer) Sockets() (int, error) {
+	var (
+		key uint64
+		val bpf.StreamStreamState
+		n   int
+	)
+	it := t.maps.TwStSocks.Iterate()
+	for it.Next(&key, &val) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// Close detaches every hook point, stops a blocked Read and frees the maps.
+// It may be called more than once and concurrently with Read.
+func (t *Tracer) Close() error {
+	t.closeOnce.Do(func() {
+		var errs []error
+		for i := len(t.points) - 1; i >= 0; i-- {
+			if c := t.points[i].Choice.Closer; c != nil {
+				errs = append(errs, c.Close())
+			}
+		}
+		if t.reader != nil {
+			errs = append(errs, t.reader.Close())
+		}
+		errs = append(errs, t.maps.Close())
+		t.closeErr = errors.Join(errs...)
+	})
+	return t.closeErr
+}

@@ -1,0 +1,267 @@
+package stream
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/hook"
+)
+
+// DefaultGapBounds mirrors the receiver's chunk-interval buckets.
+var testGapBounds = func() []time.Duration {
+	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
+	out := make([]time.Duration, len(secs))
+	for i, s := range secs {
+		out[i] = time.Duration(s * float64(time.Second))
+	}
+	return out
+}()
+
+func testConfig(ports ...uint16) Config {
+	return Config{
+		Ports:           ports,
+		MaxSockets:      16384,
+		RingBufferBytes: 4 << 20,
+		HookOrder:       hook.DefaultOrder,
+		Coalesce:        500 * time.Microsecond,
+		FlushInterval:   time.Second,
+		ChunkRecords:    true,
+		GapBounds:       testGapBounds,
+	}
+}
+
+// recorder keeps every record of a tracer, by stream.
+type recorder struct {
+	mu   sync.Mutex
+	recs []Record
+	done chan struct{}
+}
+
+func record(t *testing.T, tr *Tracer) *recorder {
+	r := &recorder{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		var rec Record
+		for {
+			if err := tr.Read(&rec); err != nil {
+				if !errors.Is(err, ErrClosed) {
+					t.Errorf("Read: %v", err)
+				}
+				return
+			}
+			cp := rec
+			cp.Data = append([]byte(nil), rec.Data...)
+			r.mu.Lock()
+			r.recs = append(r.recs, cp)
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { tr.Close(); <-r.done })
+	return r
+}
+
+// ends waits until n END records arrived and returns all records grouped by
+// stream, in arrival order.
+func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		var got int
+		for _, rec := range r.recs {
+			if rec.Kind == KindEnd && rec.Stats.HeadersTS != 0 {
+				got++
+			}
+		}
+		r.mu.Unlock()
+		if got >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[ID][]Record{}
+	for _, rec := range r.recs {
+		out[rec.ID] = append(out[rec.ID], rec)
+	}
+	return out
+}
+
+// sseServer streams events at known times and reports, per request, when
+// each flush returned and what it wrote.
+type sseServer struct {
+	think, interval time.Duration
+	events          int
+	headersFirst    bool // flush the headers alone before thinking
+
+	mu    sync.Mutex
+	start []time.Time   // per request: handler entry (request read)
+	first []time.Time   // per request: first event flushed
+	flush [][]time.Time // per request: each event flushed
+	sizes [][]int       // per request: bytes of each chunk on the wire
+}
+
+func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	start := time.Now()
+	w.Header().Set("Content-Type", "text/event-stream")
+	if s.headersFirst {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+	}
+	time.Sleep(s.think)
+	var flushes []time.Time
+	var sizes []int
+	next := time.Now()
+	for i := range s.events {
+		ev := fmt.Sprintf("data: {\"token\":\"t%d\"}\n\n", i)
+		io.WriteString(w, ev)
+		w.(http.Flusher).Flush()
+		flushes = append(flushes, time.Now())
+		sizes = append(sizes, len(fmt.Sprintf("%x", len(ev)))+2+len(ev)+2) // chunked framing
+		next = next.Add(s.interval)
+		time.Sleep(time.Until(next))
+	}
+	s.mu.Lock()
+	s.start = append(s.start, start)
+	s.first = append(s.first, flushes[0])
+	s.flush = append(s.flush, flushes)
+	s.sizes = append(s.sizes, sizes)
+	s.mu.Unlock()
+}
+
+func serve(t *testing.T, h http.Handler) (addr string, port uint16) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func TestSSEStreamIsMeasuredExactly(t *testing.T) {
+	bpftest.Require(t)
+	for _, headersFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("headersFirst=%v", headersFirst), func(t *testing.T) {
+			srv := &sseServer{think: 80 * time.Millisecond, interval: 20 * time.Millisecond, events: 20, headersFirst: headersFirst}
+			addr, port := serve(t, srv)
+			tr, err := Open(testConfig(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range tr.HookPoints() {
+				t.Logf("%s: %s", p.Name, p.Choice.Summary())
+			}
+			rec := record(t, tr)
+
+			body := `{"model":"llama-3-8b","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+			resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", bytes.NewBufferString(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+
+			streams := rec.ends(t, 1)
+			var got []Record
+			for _, rs := range streams {
+				for _, r := range rs {
+					if r.Kind == KindEnd && r.Stats.HeadersTS != 0 {
+						got = rs
+					}
+				}
+			}
+			if got == nil {
+				t.Fatalf("no completed stream among %d streams", len(streams))
+			}
+			var end Record
+			var chunkTS []uint64
+			var sawReq, sawResp bool
+			for _, r := range got {
+				switch r.Kind {
+				case KindEnd:
+					end = r
+				case KindChunk:
+					chunkTS = append(chunkTS, r.Stats.LastChunkTS)
+				case KindRequest:
+					sawReq = sawReq || bytes.HasPrefix(r.Data, []byte("POST /v1/chat/completions HTTP/1.1"))
+				case KindResponse:
+					sawResp = r.Flags&RespHTTP != 0 && r.Flags&RespHeadFound != 0
+				}
+			}
+			s := end.Stats
+			if !sawReq || !sawResp {
+				t.Errorf("request head seen %v, response head seen %v", sawReq, sawResp)
+			}
+			if end.Reason != EndTerminator {
+				t.Errorf("end reason %v, want terminator", end.Reason)
+			}
+			if s.Chunks != uint32(srv.events) {
+				t.Errorf("%d chunks, want %d", s.Chunks, srv.events)
+			}
+			wantBytes := 5 // the 0\r\n\r\n terminator
+			for _, n := range srv.sizes[0] {
+				wantBytes += n
+			}
+			if s.Bytes != uint64(wantBytes) {
+				t.Errorf("%d body bytes, want %d", s.Bytes, wantBytes)
+			}
+			ttft := time.Duration(s.FirstChunkTS - s.RequestTS)
+			serverThink := srv.first[0].Sub(srv.start[0])
+			t.Logf("TTFT %v, server-measured think %v; TTFB %v", ttft, serverThink, time.Duration(s.HeadersTS-s.RequestTS))
+			if d := (ttft - serverThink).Abs(); d > 2*time.Millisecond {
+				t.Errorf("TTFT %v vs server-measured %v: %v apart, want within 2ms", ttft, serverThink, d)
+			}
+			ttfb := time.Duration(s.HeadersTS - s.RequestTS)
+			if headersFirst && ttfb > 10*time.Millisecond {
+				t.Errorf("headers were flushed first, but TTFB is %v", ttfb)
+			}
+			if !headersFirst && s.HeadersTS != s.FirstChunkTS {
+				t.Errorf("headers came with the first event, but TTFB %v != TTFT %v", ttfb, ttft)
+			}
+			// Each interval within 2ms of what the server measured.
+			if len(chunkTS) != srv.events-1 {
+				t.Fatalf("%d chunk records after the first, want %d", len(chunkTS), srv.events-1)
+			}
+			prev := s.FirstChunkTS
+			flushes := srv.flush[0]
+			var gapSum time.Duration
+			for i, ts := range chunkTS {
+				got := time.Duration(ts - prev)
+				want := flushes[i+1].Sub(flushes[i])
+				if d := (got - want).Abs(); d > 2*time.Millisecond {
+					t.Errorf("interval %d: %v, server measured %v", i+1, got, want)
+				}
+				gapSum += got
+				prev = ts
+			}
+			if time.Duration(s.GapSum) != gapSum {
+				t.Errorf("gap sum %v, chunk records add up to %v", time.Duration(s.GapSum), gapSum)
+			}
+			var counted uint32
+			for _, r := range got {
+				if r.Kind == KindProgress || r.Kind == KindEnd {
+					for _, c := range r.Stats.GapCounts {
+						counted += c
+					}
+				}
+			}
+			if counted != uint32(srv.events-1) {
+				t.Errorf("histogram holds %d intervals, want %d", counted, srv.events-1)
+			}
+		})
+	}
+}
