@@ -1,52 +1,54 @@
 package bpftest
 
 import (
+	"bufio"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-
-	"github.com/tokenwire/tokenwire/bpf"
 )
 
-// Objects is a snapshot of the BPF programs and maps that a test created:
-// ones that did not exist at its Baseline and are named with
-// bpf.ObjectPrefix, or .rodata maps (the loader names those after their ELF
-// section). Comparing IDs keeps a tokenwire collector that runs on the same
-// host out of the count.
+// Objects lists the BPF programs, maps and links that this process holds
+// open file descriptors for, beyond those it held at its Baseline.
+//
+// Counting this process's own descriptors (from /proc/self/fdinfo) rather
+// than every object on the host keeps other processes out of the count:
+// a tokenwire collector on the same machine, or another test package that
+// `go test ./...` runs in parallel. An object of ours that outlives our
+// last descriptor would have to be pinned, and tokenwire pins nothing.
 type Objects struct {
 	Programs []string
 	Maps     []string
+	Links    int
 }
 
 func (o Objects) String() string {
-	return fmt.Sprintf("programs %v, maps %v", o.Programs, o.Maps)
+	return fmt.Sprintf("programs %v, maps %v, links %d", o.Programs, o.Maps, o.Links)
 }
 
-// Empty reports whether the snapshot holds nothing of ours.
-func (o Objects) Empty() bool { return len(o.Programs) == 0 && len(o.Maps) == 0 }
+// Empty reports whether the snapshot holds nothing.
+func (o Objects) Empty() bool { return len(o.Programs) == 0 && len(o.Maps) == 0 && o.Links == 0 }
 
-// Baseline remembers the IDs of the programs and maps that exist before a
-// test, so that Ours reports only what the test created.
-type Baseline struct {
-	maps  map[ebpf.MapID]bool
-	progs map[ebpf.ProgramID]bool
-}
+// Baseline remembers the BPF descriptors this process has before a test.
+type Baseline struct{ fds map[string]bool }
 
-// NewBaseline records the programs and maps loaded right now.
+// NewBaseline records the BPF descriptors open right now.
 func NewBaseline() (*Baseline, error) {
-	b := &Baseline{maps: map[ebpf.MapID]bool{}, progs: map[ebpf.ProgramID]bool{}}
-	err := eachMap(func(id ebpf.MapID, _ string) { b.maps[id] = true })
-	eachProgram(func(id ebpf.ProgramID, _ string) { b.progs[id] = true })
+	b := &Baseline{fds: map[string]bool{}}
+	fds, err := bpfFDs()
+	for _, fd := range fds {
+		b.fds[fd.key()] = true
+	}
 	return b, err
 }
 
 // WaitGone polls Ours until it is empty or timeout passes, and returns the
-// last snapshot. The kernel frees closed maps and programs asynchronously
-// (after an RCU grace period), so a check right after Close can still see
-// them for a few milliseconds.
+// last snapshot (a goroutine may still be closing what it held).
 func (b *Baseline) WaitGone(timeout time.Duration) (Objects, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -58,62 +60,106 @@ func (b *Baseline) WaitGone(timeout time.Duration) (Objects, error) {
 	}
 }
 
-// Ours lists our programs and maps loaded now. It only reads IDs and
-// names: it never touches, detaches or unpins anything.
+// Ours lists the BPF objects this process opened since the baseline. It
+// only reads: it never touches, detaches or unpins anything.
 func (b *Baseline) Ours() (Objects, error) {
 	var o Objects
-	err := eachMap(func(id ebpf.MapID, name string) {
-		if !b.maps[id] && (strings.HasPrefix(name, bpf.ObjectPrefix) || name == ".rodata") {
-			o.Maps = append(o.Maps, name)
-		}
-	})
+	fds, err := bpfFDs()
 	if err != nil {
 		return o, err
 	}
-	eachProgram(func(id ebpf.ProgramID, name string) {
-		if !b.progs[id] && strings.HasPrefix(name, bpf.ObjectPrefix) {
-			o.Programs = append(o.Programs, name)
+	progs, maps := map[uint32]bool{}, map[uint32]bool{}
+	for _, fd := range fds {
+		if b.fds[fd.key()] {
+			continue
 		}
-	})
+		switch fd.kind {
+		case "prog":
+			progs[fd.id] = true
+		case "map":
+			maps[fd.id] = true
+		case "link":
+			o.Links++
+		}
+	}
+	for id := range progs {
+		o.Programs = append(o.Programs, progName(ebpf.ProgramID(id)))
+	}
+	for id := range maps {
+		o.Maps = append(o.Maps, mapName(ebpf.MapID(id)))
+	}
 	slices.Sort(o.Programs)
 	slices.Sort(o.Maps)
 	return o, nil
 }
 
-func eachProgram(fn func(ebpf.ProgramID, string)) {
-	var id ebpf.ProgramID
-	for {
-		var err error
-		if id, err = ebpf.ProgramGetNextID(id); err != nil {
-			return // ErrNotExist: no more programs
-		}
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue // unloaded meanwhile
-		}
-		info, err := p.Info()
-		p.Close()
-		if err == nil {
-			fn(id, info.Name)
-		}
-	}
+type bpfFD struct {
+	fd   string
+	kind string // prog, map or link
+	id   uint32
 }
 
-func eachMap(fn func(ebpf.MapID, string)) error {
-	var id ebpf.MapID
-	for {
-		var err error
-		if id, err = ebpf.MapGetNextID(id); err != nil {
-			return nil
+func (f bpfFD) key() string { return f.fd + "/" + f.kind + "/" + strconv.FormatUint(uint64(f.id), 10) }
+
+// bpfFDs reads /proc/self/fd and fdinfo for BPF descriptors.
+func bpfFDs() ([]bpfFD, error) {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	var out []bpfFD
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil {
+			continue // closed meanwhile
 		}
-		m, err := ebpf.NewMapFromID(id)
+		var kind, idKey string
+		switch target {
+		case "anon_inode:bpf-prog":
+			kind, idKey = "prog", "prog_id:"
+		case "anon_inode:bpf-map":
+			kind, idKey = "map", "map_id:"
+		case "anon_inode:bpf_link":
+			kind, idKey = "link", "link_id:"
+		default:
+			continue
+		}
+		f, err := os.Open(filepath.Join("/proc/self/fdinfo", e.Name()))
 		if err != nil {
 			continue
 		}
-		info, err := m.Info()
-		m.Close()
-		if err == nil {
-			fn(id, info.Name)
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), idKey); ok {
+				id, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+				out = append(out, bpfFD{fd: e.Name(), kind: kind, id: uint32(id)})
+			}
 		}
+		f.Close()
 	}
+	return out, nil
+}
+
+func progName(id ebpf.ProgramID) string {
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return fmt.Sprintf("prog#%d", id)
+	}
+	defer p.Close()
+	if info, err := p.Info(); err == nil {
+		return info.Name
+	}
+	return fmt.Sprintf("prog#%d", id)
+}
+
+func mapName(id ebpf.MapID) string {
+	m, err := ebpf.NewMapFromID(id)
+	if err != nil {
+		return fmt.Sprintf("map#%d", id)
+	}
+	defer m.Close()
+	if info, err := m.Info(); err == nil {
+		return info.Name
+	}
+	return fmt.Sprintf("map#%d", id)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/hook"
 )
@@ -94,6 +95,12 @@ func LoadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progNam
 		Prog *ebpf.Program `ebpf:"prog"`
 	}
 	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			// cilium/ebpf suggests raising RLIMIT_MEMLOCK on any EPERM; the
+			// receiver already has, so the kernel refuses this program type
+			// (fentry under lockdown or without trampoline support).
+			return nil, fmt.Errorf("load: the kernel refused %s: %w", progName, unix.EPERM)
+		}
 		return nil, fmt.Errorf("load: %w", err)
 	}
 	l, err := attach(objs.Prog)

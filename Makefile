@@ -1,0 +1,100 @@
+# tokenwire: build, test and run the collector with the tokenwire eBPF receiver.
+# Everything here runs as root (BPF programs are loaded), on Debian 12 with Go
+# at /usr/local/go; `make deps` installs the rest. See shared/KERNEL.md.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+.DELETE_ON_ERROR:
+
+BUILD_DIR   := _build
+BIN_DIR     := $(BUILD_DIR)/bin
+COLLECTOR   := $(BUILD_DIR)/tokenwire
+OCB         := $(BIN_DIR)/builder
+OCB_VERSION := v0.165.0
+CONFIG      := config.yaml
+
+# Debian packages: clang/llvm compile the BPF C (bpf2go), libbpf-dev and
+# bpftool for headers and BTF dumps, iproute2 for the network-namespace tests,
+# git for check-generated.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev bpftool iproute2 git
+
+# Everything the collector binary is built from: a change to any of these
+# (including the embedded BPF objects) rebuilds it.
+BUILD_INPUTS := $(shell find . \( -path ./$(BUILD_DIR) -o -path ./.git \) -prune -o \
+	-type f \( -name '*.go' -o -name '*.o' -o -name go.mod -o -name go.sum \) -print) \
+	builder-config.yaml
+
+.PHONY: deps generate check-generated build run test validate bench clean
+
+## deps: install what is missing (apt packages, tracefs/bpffs mounts, ocb); idempotent
+deps: $(OCB)
+	@missing=(); \
+	for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$$p"); \
+	done; \
+	if (( $${#missing[@]} )); then \
+		echo "deps: installing $${missing[*]}"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q; \
+		apt-get install -y -q "$${missing[@]}"; \
+	fi
+	@mountpoint -q /sys/kernel/tracing || { echo "deps: mounting tracefs"; mount -t tracefs tracefs /sys/kernel/tracing; }
+	@mountpoint -q /sys/fs/bpf || { echo "deps: mounting bpffs"; mount -t bpf bpf /sys/fs/bpf; }
+
+# ocb, installed into _build/bin only when it is not there yet.
+$(OCB):
+	GOBIN=$(CURDIR)/$(BIN_DIR) go install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
+
+## generate: regenerate the bpf2go bindings/objects and the mdatagen code
+generate: deps
+	go generate ./bpf/... ./receiver/...
+
+## check-generated: fail if `make generate` changes tracked files or adds files under bpf/ or receiver/
+check-generated: generate
+	@changed=$$(git status --porcelain --untracked-files=no); \
+	added=$$(git status --porcelain --untracked-files=all -- bpf receiver | grep '^??' || true); \
+	if [[ -n "$$changed$$added" ]]; then \
+		echo "check-generated: FAILED: after 'make generate' the tree differs from the last commit."; \
+		echo "Either generated code is stale (run 'make generate' and commit the result)"; \
+		echo "or there are uncommitted changes/new files. Files that differ:"; \
+		printf '%s\n' "$$changed" "$$added" | sed '/^$$/d; s/^/    /'; \
+		git --no-pager diff --stat; \
+		exit 1; \
+	fi; \
+	echo "check-generated: generated code is up to date"
+
+## build: build the collector ./_build/tokenwire with ocb (only when its inputs changed)
+build: $(COLLECTOR)
+
+# GOFLAGS=-e: fileexporter's tests import otlpencodingextension, which the
+# module proxy does not serve, so ocb's `go mod tidy` would fail on it; -e lets
+# tidy go on (only `go mod tidy` reads it). The binary does not need that module.
+$(COLLECTOR): $(BUILD_INPUTS) | $(OCB)
+	@echo "build: building $@ with ocb $(OCB_VERSION) (a few minutes on 2 cores)"
+	GOFLAGS="$$(go env GOFLAGS) -e" ./$(OCB) --config builder-config.yaml
+	@touch $@
+
+## run: run the collector with config.yaml (needs root)
+run: deps build
+	exec ./$(COLLECTOR) --config $(CONFIG)
+
+## test: run every test with the real kernel (root); BPF tests fail instead of skipping
+test: export TOKENWIRE_REQUIRE_BPF := 1
+test: deps
+	go test -count=1 -p 1 -timeout 20m ./...
+
+## validate: check config.yaml (and examples/*.yaml) with the built collector
+validate: build
+	@for f in $(CONFIG) $(wildcard examples/*.yaml); do \
+		echo "validate: $$f"; \
+		./$(COLLECTOR) validate --config "$$f"; \
+	done
+
+## bench: run the Go benchmarks (placeholder until the benchmark suite lands)
+bench: deps
+	go test -run '^$$' -bench . -benchmem ./...
+
+## clean: remove the build output (collector, ocb, generated distribution)
+clean:
+	rm -rf $(BUILD_DIR)

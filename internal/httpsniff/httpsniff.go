@@ -1,0 +1,212 @@
+// Package httpsniff reads what tokenwire needs from the first bytes of an
+// HTTP/1.x request or response: bounded, allocation-light, and never
+// trusting the input (the bytes may be truncated, binary or hostile).
+//
+// It is not an HTTP parser: it reads a request line, a status line, a few
+// headers and the "model" field of a JSON body, and gives up quietly on
+// anything else, so that a stream falls back to opaque mode.
+package httpsniff
+
+import (
+	"bytes"
+	"encoding/hex"
+	"strconv"
+)
+
+// MaxPath bounds the length of a reported path.
+const MaxPath = 256
+
+// MaxModel bounds the length of a reported model name.
+const MaxModel = 128
+
+// Request is what the head of a request says.
+type Request struct {
+	Method string
+	// Path is the request target without query or fragment.
+	Path string
+	// TraceParent is the W3C traceparent header, when valid.
+	TraceParent TraceParent
+	// Model is the "model" field of an OpenAI- or Ollama-style JSON body,
+	// when it is within the captured bytes.
+	Model string
+}
+
+// TraceParent is a parsed W3C traceparent header.
+type TraceParent struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+	Flags   byte
+	Valid   bool
+}
+
+var methods = [][]byte{
+	[]byte("GET"), []byte("POST"), []byte("PUT"), []byte("DELETE"), []byte("PATCH"),
+	[]byte("HEAD"), []byte("OPTIONS"),
+}
+
+// ParseRequest reads the head of a request. ok is false when b does not
+// start with an HTTP/1.x request line.
+func ParseRequest(b []byte) (req Request, ok bool) {
+	line, rest, found := bytes.Cut(b, []byte("\r\n"))
+	if !found {
+		return req, false
+	}
+	method, rest1, ok1 := bytes.Cut(line, []byte(" "))
+	target, proto, ok2 := bytes.Cut(rest1, []byte(" "))
+	if !ok1 || !ok2 || !bytes.HasPrefix(proto, []byte("HTTP/1.")) || len(target) == 0 || target[0] != '/' {
+		return req, false
+	}
+	known := false
+	for _, m := range methods {
+		if bytes.Equal(method, m) {
+			known = true
+			break
+		}
+	}
+	if !known {
+		return req, false
+	}
+	if i := bytes.IndexAny(target, "?#"); i >= 0 {
+		target = target[:i]
+	}
+	if len(target) > MaxPath || !printable(target) {
+		return req, false
+	}
+	req.Method, req.Path = string(method), string(target)
+
+	var headers, body []byte
+	var complete bool
+	if bytes.HasPrefix(rest, []byte("\r\n")) { // no headers at all
+		body, complete = rest[2:], true
+	} else {
+		headers, body, complete = bytes.Cut(rest, []byte("\r\n\r\n"))
+	}
+	for len(headers) > 0 {
+		var h []byte
+		h, headers, _ = bytes.Cut(headers, []byte("\r\n"))
+		name, value, ok := bytes.Cut(h, []byte(":"))
+		if ok && bytes.EqualFold(bytes.TrimSpace(name), []byte("traceparent")) {
+			req.TraceParent = parseTraceParent(bytes.TrimSpace(value))
+		}
+	}
+	if complete {
+		req.Model = jsonModel(body)
+	}
+	return req, true
+}
+
+// parseTraceParent accepts version 00 headers with non-zero IDs.
+func parseTraceParent(v []byte) TraceParent {
+	var tp TraceParent
+	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' || string(v[:2]) != "00" {
+		return tp
+	}
+	if _, err := hex.Decode(tp.TraceID[:], v[3:35]); err != nil {
+		return TraceParent{}
+	}
+	if _, err := hex.Decode(tp.SpanID[:], v[36:52]); err != nil {
+		return TraceParent{}
+	}
+	var f [1]byte
+	if _, err := hex.Decode(f[:], v[53:55]); err != nil {
+		return TraceParent{}
+	}
+	tp.Flags = f[0]
+	tp.Valid = tp.TraceID != [16]byte{} && tp.SpanID != [8]byte{}
+	if !tp.Valid {
+		return TraceParent{}
+	}
+	return tp
+}
+
+// jsonModel finds "model": "<value>" in a (possibly truncated) JSON body.
+// Values with escapes or beyond MaxModel are ignored.
+func jsonModel(body []byte) string {
+	key := []byte(`"model"`)
+	for {
+		i := bytes.Index(body, key)
+		if i < 0 {
+			return ""
+		}
+		v := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
+		if len(v) > 0 && v[0] == ':' {
+			v = bytes.TrimLeft(v[1:], " \t\r\n")
+			if len(v) > 0 && v[0] == '"' {
+				end := bytes.IndexByte(v[1:], '"')
+				if end > 0 && end <= MaxModel && bytes.IndexByte(v[1:1+end], '\\') < 0 && printable(v[1:1+end]) {
+					return string(v[1 : 1+end])
+				}
+				return ""
+			}
+		}
+		body = body[i+len(key):]
+	}
+}
+
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Response is what the head of a response says.
+type Response struct {
+	Status int
+	// EventStream is set for Content-Type: text/event-stream (SSE).
+	EventStream bool
+	// Chunked is set for Transfer-Encoding: chunked.
+	Chunked bool
+	// ContentLength is the declared body length, or -1.
+	ContentLength int64
+	// NDJSON is set for application/x-ndjson (Ollama's streaming format).
+	NDJSON bool
+}
+
+// Streamed reports whether the response is delivered in pieces: SSE,
+// chunked or newline-delimited JSON. A response with only a Content-Length
+// is not a stream.
+func (r Response) Streamed() bool {
+	return r.EventStream || r.Chunked || r.NDJSON || r.ContentLength < 0
+}
+
+// ParseResponse reads the head of a response. ok is false when b does not
+// start with an HTTP/1.x status line.
+func ParseResponse(b []byte) (resp Response, ok bool) {
+	resp.ContentLength = -1
+	line, rest, found := bytes.Cut(b, []byte("\r\n"))
+	if !found || !bytes.HasPrefix(line, []byte("HTTP/1.")) || len(line) < 12 || line[8] != ' ' {
+		return resp, false
+	}
+	code, err := strconv.Atoi(string(line[9:12]))
+	if err != nil || code < 100 || code > 599 {
+		return resp, false
+	}
+	resp.Status = code
+	headers, _, _ := bytes.Cut(rest, []byte("\r\n\r\n"))
+	for len(headers) > 0 {
+		var h []byte
+		h, headers, _ = bytes.Cut(headers, []byte("\r\n"))
+		name, value, ok := bytes.Cut(h, []byte(":"))
+		if !ok {
+			continue
+		}
+		name, value = bytes.TrimSpace(name), bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("content-type")):
+			ct, _, _ := bytes.Cut(value, []byte(";"))
+			ct = bytes.TrimSpace(ct)
+			resp.EventStream = bytes.EqualFold(ct, []byte("text/event-stream"))
+			resp.NDJSON = bytes.EqualFold(ct, []byte("application/x-ndjson"))
+		case bytes.EqualFold(name, []byte("transfer-encoding")):
+			resp.Chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+		case bytes.EqualFold(name, []byte("content-length")):
+			if n, err := strconv.ParseInt(string(value), 10, 64); err == nil && n >= 0 {
+				resp.ContentLength = n
+			}
+		}
+	}
+	return resp, true
+}

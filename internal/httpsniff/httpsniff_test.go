@@ -1,0 +1,99 @@
+package httpsniff
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseRequest(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	tests := []struct {
+		name      string
+		in        string
+		ok        bool
+		method    string
+		path      string
+		model     string
+		traceID   string
+		traceless bool
+	}{
+		{"openai chat", "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nTraceparent: " + tp + "\r\nContent-Type: application/json\r\n\r\n{\"model\": \"llama-3-8b\", \"stream\": true}",
+			true, "POST", "/v1/chat/completions", "llama-3-8b", "4bf92f3577b34da6a3ce929d0e0e4736", false},
+		{"ollama, model later in the body", "POST /api/generate HTTP/1.1\r\n\r\n{\"prompt\":\"the model is\",\"model\":\"qwen2:7b\"}",
+			true, "POST", "/api/generate", "qwen2:7b", "", true},
+		{"body cut before the model value", "POST /api/chat HTTP/1.1\r\n\r\n{\"model\":\"qw", true, "POST", "/api/chat", "", "", true},
+		{"headers cut short", "GET /health HTTP/1.1\r\nHost: a", true, "GET", "/health", "", "", true},
+		{"escaped model ignored", "POST /x HTTP/1.1\r\n\r\n{\"model\":\"a\\\"b\"}", true, "POST", "/x", "", "", true},
+		{"bad traceparent ignored", "GET / HTTP/1.1\r\ntraceparent: 00-zz-00\r\n\r\n", true, "GET", "/", "", "", true},
+		{"zero trace id ignored", "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000000-00f067aa0ba902b7-01\r\n\r\n", true, "GET", "/", "", "", true},
+		{"truncated request line", "POST /v1/chat/compl", false, "", "", "", "", true},
+		{"unknown method", "BREW /pot HTTP/1.1\r\n\r\n", false, "", "", "", "", true},
+		{"TLS client hello", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", false, "", "", "", "", true},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", false, "", "", "", "", true},
+		{"binary path", "GET /\x00\x01 HTTP/1.1\r\n\r\n", false, "", "", "", "", true},
+		{"huge path", "GET /" + strings.Repeat("a", 300) + " HTTP/1.1\r\n\r\n", false, "", "", "", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, ok := ParseRequest([]byte(tt.in))
+			if ok != tt.ok || req.Method != tt.method || req.Path != tt.path || req.Model != tt.model {
+				t.Fatalf("got %+v ok=%v, want method %q path %q model %q ok=%v", req, ok, tt.method, tt.path, tt.model, tt.ok)
+			}
+			if tt.traceless != !req.TraceParent.Valid {
+				t.Fatalf("traceparent valid = %v", req.TraceParent.Valid)
+			}
+			if req.TraceParent.Valid && strings.ToLower(hexs(req.TraceParent.TraceID[:])) != tt.traceID {
+				t.Fatalf("trace id %x", req.TraceParent.TraceID)
+			}
+		})
+	}
+}
+
+func hexs(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
+}
+
+func TestParseResponse(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       string
+		ok       bool
+		status   int
+		streamed bool
+	}{
+		{"sse", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n\r\n", true, 200, true},
+		{"chunked json", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n", true, 200, true},
+		{"ollama ndjson", "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n", true, 200, true},
+		{"plain json", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"ok\":true}", true, 200, false},
+		{"close-delimited body", "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n", true, 200, true},
+		{"error", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n", true, 503, false},
+		{"garbage", "\x17\x03\x03\x00\x20", false, 0, false},
+		{"bad status", "HTTP/1.1 2x0 OK\r\n\r\n", false, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, ok := ParseResponse([]byte(tt.in))
+			if ok != tt.ok || r.Status != tt.status || (ok && r.Streamed() != tt.streamed) {
+				t.Fatalf("got %+v ok=%v streamed=%v", r, ok, r.Streamed())
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("POST /v1/chat/completions HTTP/1.1\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n{\"model\":\"m\"}"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if req, ok := ParseRequest(b); ok {
+			if len(req.Path) > MaxPath || len(req.Model) > MaxModel || !printable([]byte(req.Path)) {
+				t.Fatalf("unbounded or unprintable result %+v", req)
+			}
+		}
+		ParseResponse(b)
+	})
+}
