@@ -22,6 +22,8 @@ type Config struct {
 	RingBufferSize int `mapstructure:"ring_buffer_size"`
 	// Handshake configures TCP handshake latency tracking.
 	Handshake HandshakeConfig `mapstructure:"handshake"`
+	// Streams configures tracking of streamed responses.
+	Streams StreamsConfig `mapstructure:"streams"`
 
 	metadata.MetricsBuilderConfig `mapstructure:",squash"`
 
@@ -42,6 +44,35 @@ type HandshakeConfig struct {
 	MaxTrackedSockets int `mapstructure:"max_tracked_sockets"`
 }
 
+// StreamsConfig configures tracking of streamed responses (SSE, chunked
+// HTTP, or any protocol in opaque mode) on server sockets.
+type StreamsConfig struct {
+	// Enabled turns the stream probe on.
+	Enabled bool `mapstructure:"enabled"`
+	// Ports are the server ports whose connections are tracked.
+	Ports []int `mapstructure:"ports"`
+	// Pids, when set, reports only streams written by these processes.
+	Pids []int `mapstructure:"pids"`
+	// ProcessNames, when set, reports only streams written by processes
+	// with these executable names.
+	ProcessNames []string `mapstructure:"process_names"`
+	// MaxSockets bounds the kernel's per-socket state (LRU) and the
+	// receiver's table of open streams.
+	MaxSockets int `mapstructure:"max_sockets"`
+	// Coalesce joins writes closer together than this into one chunk (a
+	// server that writes an event's framing and data separately).
+	Coalesce time.Duration `mapstructure:"coalesce"`
+	// FlushInterval is the longest a long stream's chunk intervals wait in
+	// the kernel before they reach the metrics; at most collection_interval.
+	FlushInterval time.Duration `mapstructure:"flush_interval"`
+	// MaxPaths and MaxModels cap the distinct url.path and
+	// gen_ai.request.model values; the rest are reported as _other.
+	MaxPaths  int `mapstructure:"max_paths"`
+	MaxModels int `mapstructure:"max_models"`
+	// Spans emits one span per streamed response to traces pipelines.
+	Spans bool `mapstructure:"spans"`
+}
+
 const pageSize = 4096
 
 func createDefaultConfig() *Config {
@@ -56,6 +87,16 @@ func createDefaultConfig() *Config {
 		Handshake: HandshakeConfig{
 			Enabled:           true,
 			MaxTrackedSockets: 16384,
+		},
+		Streams: StreamsConfig{
+			Enabled:       true,
+			Ports:         []int{8000, 11434, 8080},
+			MaxSockets:    16384,
+			Coalesce:      500 * time.Microsecond,
+			FlushInterval: time.Second,
+			MaxPaths:      100,
+			MaxModels:     100,
+			Spans:         true,
 		},
 		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
 	}
@@ -86,7 +127,42 @@ func (cfg *Config) Validate() error {
 	if n := cfg.Handshake.MaxTrackedSockets; n <= 0 || n > 1<<24 {
 		errs = append(errs, fmt.Errorf("handshake.max_tracked_sockets: must be between 1 and %d, got %d", 1<<24, n))
 	}
+	errs = append(errs, cfg.Streams.validate(cfg.CollectionInterval)...)
 	return errors.Join(errs...)
+}
+
+func (s *StreamsConfig) validate(interval time.Duration) []error {
+	var errs []error
+	if s.Ports == nil {
+		errs = append(errs, errors.New("streams.ports: list at least one server port"))
+	}
+	errs = append(errs, validatePorts("streams.ports", s.Ports)...)
+	for i, p := range s.Pids {
+		if p < 1 {
+			errs = append(errs, fmt.Errorf("streams.pids[%d]: %d is not a process id", i, p))
+		}
+	}
+	for i, n := range s.ProcessNames {
+		if n == "" {
+			errs = append(errs, fmt.Errorf("streams.process_names[%d]: empty name", i))
+		}
+	}
+	if n := s.MaxSockets; n <= 0 || n > 1<<24 {
+		errs = append(errs, fmt.Errorf("streams.max_sockets: must be between 1 and %d, got %d", 1<<24, n))
+	}
+	if s.Coalesce < 0 || s.Coalesce > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("streams.coalesce: must be between 0 and 100ms, got %v", s.Coalesce))
+	}
+	if s.FlushInterval <= 0 || (interval > 0 && s.FlushInterval > interval) {
+		errs = append(errs, fmt.Errorf("streams.flush_interval: must be positive and at most collection_interval (%v), got %v", interval, s.FlushInterval))
+	}
+	if s.MaxPaths < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_paths: must be at least 1, got %d", s.MaxPaths))
+	}
+	if s.MaxModels < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_models: must be at least 1, got %d", s.MaxModels))
+	}
+	return errs
 }
 
 // validatePorts checks an optional port list: absent is fine (all ports),

@@ -13,6 +13,9 @@ import (
 type histogramDef struct {
 	name, description, unit string
 	bounds                  []float64
+	// noMinMax is set when observations arrive as bucket counts (from the
+	// kernel), so min and max are unknown.
+	noMinMax bool
 }
 
 // handshakeBounds covers loopback and LAN handshakes (tens of microseconds)
@@ -29,6 +32,34 @@ var handshakeDurationDef = histogramDef{
 	unit:   "s",
 	bounds: handshakeBounds,
 }
+
+// Stream histograms. Bounds follow the semantic conventions' advice for
+// gen_ai.server.time_to_first_token and gen_ai.server.request.duration. The
+// chunk interval uses the advice for gen_ai.server.time_per_output_token
+// with three finer buckets below 10 ms (fast token streams); the kernel
+// keeps its histogram with exactly these bounds.
+var (
+	ttftDef = histogramDef{
+		name: "gen_ai.server.time_to_first_token",
+		description: "Time from the request's last byte reaching the server socket to the first body chunk " +
+			"of the response being written.",
+		unit:   "s",
+		bounds: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10},
+	}
+	requestDurationDef = histogramDef{
+		name:        "gen_ai.server.request.duration",
+		description: "Time from the request's last byte reaching the server socket to the end of the streamed response.",
+		unit:        "s",
+		bounds:      []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92},
+	}
+	chunkIntervalDef = histogramDef{
+		name:        "tokenwire.stream.chunk.interval",
+		description: "Time between the starts of consecutive body chunks of a streamed response.",
+		unit:        "s",
+		bounds:      []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5},
+		noMinMax:    true,
+	}
+)
 
 // histogram accumulates observations for one attribute set. Buckets are
 // cumulative over the receiver's lifetime, like the sums.
@@ -59,6 +90,18 @@ func (h *histogram) observe(bounds []float64, v float64) {
 	h.sum += v
 }
 
+// addCounts folds in bucket counts and their sum, as the kernel reports
+// chunk intervals.
+func (h *histogram) addCounts(counts []uint32, sum float64) {
+	for i, c := range counts {
+		if i < len(h.counts) {
+			h.counts[i] += uint64(c)
+			h.count += uint64(c)
+		}
+	}
+	h.sum += sum
+}
+
 // appendTo writes the histogram as a cumulative data point.
 func (h *histogram) appendTo(dps pmetric.HistogramDataPointSlice, def *histogramDef, start, now pcommon.Timestamp) pmetric.HistogramDataPoint {
 	dp := dps.AppendEmpty()
@@ -66,8 +109,10 @@ func (h *histogram) appendTo(dps pmetric.HistogramDataPointSlice, def *histogram
 	dp.SetTimestamp(now)
 	dp.SetCount(h.count)
 	dp.SetSum(h.sum)
-	dp.SetMin(h.min)
-	dp.SetMax(h.max)
+	if !def.noMinMax && h.count > 0 {
+		dp.SetMin(h.min)
+		dp.SetMax(h.max)
+	}
 	dp.ExplicitBounds().FromRaw(def.bounds)
 	dp.BucketCounts().FromRaw(h.counts)
 	return dp

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/internal/handshake"
 	"github.com/tokenwire/tokenwire/internal/preflight"
+	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -46,6 +47,9 @@ type tokenwireReceiver struct {
 	startTime  pcommon.Timestamp
 	handshakes *handshake.Tracer
 	hsStats    *handshakeStats
+	streams    *stream.Tracer
+	stStats    *streamStats
+	hostName   string
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 	emitMu     sync.Mutex // one emission at a time (ticker and final flush)
@@ -133,6 +137,7 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 	rb := r.mb.NewResourceBuilder()
 	if host, herr := os.Hostname(); herr == nil {
 		rb.SetHostName(host)
+		r.hostName = host
 	}
 	r.resource = rb.Emit()
 	if r.telemetry, err = metadata.NewTelemetryBuilder(r.set.TelemetrySettings); err != nil {
@@ -163,6 +168,11 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 		r.wg.Add(1)
 		go r.readHandshakes(ctx)
 	}
+	if r.cfg.Streams.Enabled {
+		if err = r.startStreams(ctx); err != nil {
+			return err
+		}
+	}
 	if err = r.registerTelemetry(); err != nil {
 		return err
 	}
@@ -181,12 +191,16 @@ func (r *tokenwireReceiver) stop(ctx context.Context) error {
 	if r.handshakes != nil {
 		errs = append(errs, r.handshakes.Close()) // unblocks readHandshakes
 	}
+	if r.streams != nil {
+		errs = append(errs, r.streams.Close()) // unblocks readStreams
+	}
 	r.wg.Wait()
-	if r.handshakes != nil {
+	if r.handshakes != nil || r.streams != nil {
 		// Everything read so far goes out before we stop: a short-lived
 		// collector must not lose its last interval.
 		r.emit(ctx)
-		r.handshakes = nil
+		r.emitSpans(ctx)
+		r.handshakes, r.streams = nil, nil
 	}
 	if r.telemetry != nil {
 		r.telemetry.Shutdown()
@@ -213,14 +227,18 @@ func (r *tokenwireReceiver) readHandshakes(ctx context.Context) {
 }
 
 func (r *tokenwireReceiver) registerTelemetry() error {
+	var errs []error
+	if r.streams != nil {
+		errs = append(errs, r.registerStreamTelemetry())
+	}
 	tr := r.handshakes
 	if tr == nil {
-		return nil
+		return errors.Join(errs...)
 	}
 	attrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr))
 	hookAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("hook", string(tr.Hook().Kind))))
 	mapAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("map", "tw_hs_syn_sent")))
-	return errors.Join(
+	return errors.Join(append(errs,
 		r.telemetry.RegisterReceiverTokenwireRecordsLostCallback(func(_ context.Context, o metric.Int64Observer) error {
 			c, err := tr.Counters()
 			if err != nil {
@@ -241,19 +259,25 @@ func (r *tokenwireReceiver) registerTelemetry() error {
 			o.Observe(1, hookAttrs)
 			return nil
 		}),
-	)
+	)...)
 }
 
 func (r *tokenwireReceiver) emitLoop(ctx context.Context) {
 	defer r.wg.Done()
 	tick := time.NewTicker(r.cfg.CollectionInterval)
 	defer tick.Stop()
+	// Spans go out every second rather than every collection interval, so
+	// a trace backend shows a stream soon after it ended.
+	spanTick := time.NewTicker(time.Second)
+	defer spanTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			r.emit(ctx)
+		case <-spanTick.C:
+			r.emitSpans(ctx)
 		}
 	}
 }
@@ -269,12 +293,19 @@ func (r *tokenwireReceiver) emit(ctx context.Context) {
 		return
 	}
 	now := pcommon.NewTimestampFromTime(time.Now())
+	streamHistograms := pmetric.NewMetrics()
+	if r.stStats != nil {
+		r.stStats.record(r.mb, streamHistograms, r.hostName, r.startTime, now)
+	}
 	histograms := pmetric.NewMetricSlice()
-	r.hsStats.record(r.mb, histograms, r.startTime, now)
+	if r.hsStats != nil {
+		r.hsStats.record(r.mb, histograms, r.startTime, now)
+	}
 	md := r.mb.Emit(metadata.WithResource(r.resource))
 	if histograms.Len() > 0 {
 		histograms.MoveAndAppendTo(r.scopeMetrics(md).Metrics())
 	}
+	mergeResources(md, streamHistograms)
 	if md.DataPointCount() == 0 {
 		return
 	}
@@ -283,11 +314,15 @@ func (r *tokenwireReceiver) emit(ctx context.Context) {
 	}
 }
 
-// scopeMetrics returns the receiver's scope in md, creating the resource
-// and scope when the MetricsBuilder emitted nothing this time.
+// scopeMetrics returns the receiver's scope under the host resource in md,
+// creating the resource and scope when the MetricsBuilder emitted nothing
+// for it this time.
 func (r *tokenwireReceiver) scopeMetrics(md pmetric.Metrics) pmetric.ScopeMetrics {
-	if md.ResourceMetrics().Len() > 0 {
-		return md.ResourceMetrics().At(0).ScopeMetrics().At(0)
+	for i := range md.ResourceMetrics().Len() {
+		rm := md.ResourceMetrics().At(i)
+		if rm.Resource().Attributes().Equal(r.resource.Attributes()) {
+			return rm.ScopeMetrics().At(0)
+		}
 	}
 	rm := md.ResourceMetrics().AppendEmpty()
 	r.resource.CopyTo(rm.Resource())

@@ -3,6 +3,7 @@ package tokenwirereceiver
 import (
 	"context"
 	"errors"
+	"slices"
 	"net"
 	"syscall"
 	"testing"
@@ -206,7 +207,10 @@ func TestStartShutdownLeavesNothing(t *testing.T) {
 		if i == 0 {
 			during, err := base.Ours()
 			require.NoError(t, err)
-			require.Len(t, during.Programs, 1, "metrics and traces pipelines must share one program: %v", during)
+			// One program per hook point (handshake: 1, streams: 5), each
+			// once although two pipelines started the receiver.
+			require.Len(t, during.Programs, 6, "metrics and traces pipelines must share one set of programs: %v", during)
+			require.Len(t, slices.Compact(slices.Clone(during.Programs)), 6, "a program loaded twice: %v", during)
 		}
 		s.shutdown()
 	}

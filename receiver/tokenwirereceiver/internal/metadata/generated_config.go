@@ -9,6 +9,110 @@ import (
 	"go.opentelemetry.io/collector/filter"
 )
 
+// TokenwireStreamBytesMetricAttributeKey specifies the key of an attribute for the tokenwire.stream.bytes metric.
+type TokenwireStreamBytesMetricAttributeKey string
+
+const (
+	TokenwireStreamBytesMetricAttributeKeyServerPort          TokenwireStreamBytesMetricAttributeKey = "server.port"
+	TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod   TokenwireStreamBytesMetricAttributeKey = "http.request.method"
+	TokenwireStreamBytesMetricAttributeKeyURLPath             TokenwireStreamBytesMetricAttributeKey = "url.path"
+	TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel   TokenwireStreamBytesMetricAttributeKey = "gen_ai.request.model"
+	TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode TokenwireStreamBytesMetricAttributeKey = "tokenwire.stream.mode"
+)
+
+// TokenwireStreamBytesMetricConfig provides config for the tokenwire.stream.bytes metric.
+type TokenwireStreamBytesMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                   `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []TokenwireStreamBytesMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *TokenwireStreamBytesMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *TokenwireStreamBytesMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyURLPath, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode:
+		default:
+			return fmt.Errorf("metric tokenwire.stream.bytes doesn't have an attribute %v, valid attributes: [server.port, http.request.method, url.path, gen_ai.request.model, tokenwire.stream.mode]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// TokenwireStreamChunksMetricAttributeKey specifies the key of an attribute for the tokenwire.stream.chunks metric.
+type TokenwireStreamChunksMetricAttributeKey string
+
+const (
+	TokenwireStreamChunksMetricAttributeKeyServerPort          TokenwireStreamChunksMetricAttributeKey = "server.port"
+	TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod   TokenwireStreamChunksMetricAttributeKey = "http.request.method"
+	TokenwireStreamChunksMetricAttributeKeyURLPath             TokenwireStreamChunksMetricAttributeKey = "url.path"
+	TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel   TokenwireStreamChunksMetricAttributeKey = "gen_ai.request.model"
+	TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode TokenwireStreamChunksMetricAttributeKey = "tokenwire.stream.mode"
+)
+
+// TokenwireStreamChunksMetricConfig provides config for the tokenwire.stream.chunks metric.
+type TokenwireStreamChunksMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                    `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []TokenwireStreamChunksMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *TokenwireStreamChunksMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *TokenwireStreamChunksMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyURLPath, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode:
+		default:
+			return fmt.Errorf("metric tokenwire.stream.chunks doesn't have an attribute %v, valid attributes: [server.port, http.request.method, url.path, gen_ai.request.model, tokenwire.stream.mode]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // TokenwireTCPHandshakeFailuresMetricAttributeKey specifies the key of an attribute for the tokenwire.tcp.handshake.failures metric.
 type TokenwireTCPHandshakeFailuresMetricAttributeKey string
 
@@ -62,11 +166,23 @@ func (ms *TokenwireTCPHandshakeFailuresMetricConfig) Validate() error {
 
 // MetricsConfig provides config for tokenwire metrics.
 type MetricsConfig struct {
+	TokenwireStreamBytes          TokenwireStreamBytesMetricConfig          `mapstructure:"tokenwire.stream.bytes"`
+	TokenwireStreamChunks         TokenwireStreamChunksMetricConfig         `mapstructure:"tokenwire.stream.chunks"`
 	TokenwireTCPHandshakeFailures TokenwireTCPHandshakeFailuresMetricConfig `mapstructure:"tokenwire.tcp.handshake.failures"`
 }
 
 func DefaultMetricsConfig() MetricsConfig {
 	return MetricsConfig{
+		TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyURLPath, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+		},
+		TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyURLPath, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+		},
 		TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
@@ -103,12 +219,24 @@ func (rac *ResourceAttributeConfig) Unmarshal(parser *confmap.Conf) error {
 
 // ResourceAttributesConfig provides config for tokenwire resource attributes.
 type ResourceAttributesConfig struct {
-	HostName ResourceAttributeConfig `mapstructure:"host.name"`
+	ContainerID           ResourceAttributeConfig `mapstructure:"container.id"`
+	HostName              ResourceAttributeConfig `mapstructure:"host.name"`
+	ProcessExecutableName ResourceAttributeConfig `mapstructure:"process.executable.name"`
+	ProcessPid            ResourceAttributeConfig `mapstructure:"process.pid"`
 }
 
 func DefaultResourceAttributesConfig() ResourceAttributesConfig {
 	return ResourceAttributesConfig{
+		ContainerID: ResourceAttributeConfig{
+			Enabled: true,
+		},
 		HostName: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessExecutableName: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessPid: ResourceAttributeConfig{
 			Enabled: true,
 		},
 	}

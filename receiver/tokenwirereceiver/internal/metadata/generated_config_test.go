@@ -26,6 +26,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "all_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyURLPath, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+					},
+					TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyURLPath, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+					},
 					TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
@@ -33,7 +43,10 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					},
 				},
 				ResourceAttributes: ResourceAttributesConfig{
-					HostName: ResourceAttributeConfig{Enabled: true},
+					ContainerID:           ResourceAttributeConfig{Enabled: true},
+					HostName:              ResourceAttributeConfig{Enabled: true},
+					ProcessExecutableName: ResourceAttributeConfig{Enabled: true},
+					ProcessPid:            ResourceAttributeConfig{Enabled: true},
 				},
 			},
 		},
@@ -41,6 +54,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "none_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyURLPath, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+					},
+					TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyURLPath, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+					},
 					TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
@@ -48,7 +71,10 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					},
 				},
 				ResourceAttributes: ResourceAttributesConfig{
-					HostName: ResourceAttributeConfig{Enabled: false},
+					ContainerID:           ResourceAttributeConfig{Enabled: false},
+					HostName:              ResourceAttributeConfig{Enabled: false},
+					ProcessExecutableName: ResourceAttributeConfig{Enabled: false},
+					ProcessPid:            ResourceAttributeConfig{Enabled: false},
 				},
 			},
 		},
@@ -56,11 +82,35 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(TokenwireTCPHandshakeFailuresMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(TokenwireStreamBytesMetricConfig{}, TokenwireStreamChunksMetricConfig{}, TokenwireTCPHandshakeFailuresMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
 }
+func TestTokenwireStreamBytesMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().TokenwireStreamBytes
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []TokenwireStreamBytesMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.stream.bytes doesn't have an attribute invalid, valid attributes: [server.port, http.request.method, url.path, gen_ai.request.model, tokenwire.stream.mode]")
+
+	cfg = DefaultMetricsConfig().TokenwireStreamBytes
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestTokenwireStreamChunksMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().TokenwireStreamChunks
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []TokenwireStreamChunksMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.stream.chunks doesn't have an attribute invalid, valid attributes: [server.port, http.request.method, url.path, gen_ai.request.model, tokenwire.stream.mode]")
+
+	cfg = DefaultMetricsConfig().TokenwireStreamChunks
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
 func TestTokenwireTCPHandshakeFailuresMetricsConfig_Validate(t *testing.T) {
 	cfg := DefaultMetricsConfig().TokenwireTCPHandshakeFailures
 	require.NoError(t, cfg.Validate())
@@ -95,13 +145,19 @@ func TestResourceAttributesConfig(t *testing.T) {
 		{
 			name: "all_set",
 			want: ResourceAttributesConfig{
-				HostName: ResourceAttributeConfig{Enabled: true},
+				ContainerID:           ResourceAttributeConfig{Enabled: true},
+				HostName:              ResourceAttributeConfig{Enabled: true},
+				ProcessExecutableName: ResourceAttributeConfig{Enabled: true},
+				ProcessPid:            ResourceAttributeConfig{Enabled: true},
 			},
 		},
 		{
 			name: "none_set",
 			want: ResourceAttributesConfig{
-				HostName: ResourceAttributeConfig{Enabled: false},
+				ContainerID:           ResourceAttributeConfig{Enabled: false},
+				HostName:              ResourceAttributeConfig{Enabled: false},
+				ProcessExecutableName: ResourceAttributeConfig{Enabled: false},
+				ProcessPid:            ResourceAttributeConfig{Enabled: false},
 			},
 		},
 	}

@@ -114,7 +114,41 @@ var MapAttributeNetworkType = map[string]AttributeNetworkType{
 	"ipv6": AttributeNetworkTypeIpv6,
 }
 
+// AttributeTokenwireStreamMode specifies the value tokenwire.stream.mode attribute.
+type AttributeTokenwireStreamMode int
+
+const (
+	_ AttributeTokenwireStreamMode = iota
+	AttributeTokenwireStreamModeHTTP
+	AttributeTokenwireStreamModeOpaque
+)
+
+// String returns the string representation of the AttributeTokenwireStreamMode.
+func (av AttributeTokenwireStreamMode) String() string {
+	switch av {
+	case AttributeTokenwireStreamModeHTTP:
+		return "http"
+	case AttributeTokenwireStreamModeOpaque:
+		return "opaque"
+	}
+	return ""
+}
+
+// MapAttributeTokenwireStreamMode is a helper map of string to AttributeTokenwireStreamMode attribute value.
+var MapAttributeTokenwireStreamMode = map[string]AttributeTokenwireStreamMode{
+	"http":   AttributeTokenwireStreamModeHTTP,
+	"opaque": AttributeTokenwireStreamModeOpaque,
+}
+
 var MetricsInfo = metricsInfo{
+	TokenwireStreamBytes: metricInfo{
+		Name:       "tokenwire.stream.bytes",
+		Attributes: []string{"server.port", "http.request.method", "url.path", "gen_ai.request.model", "tokenwire.stream.mode"},
+	},
+	TokenwireStreamChunks: metricInfo{
+		Name:       "tokenwire.stream.chunks",
+		Attributes: []string{"server.port", "http.request.method", "url.path", "gen_ai.request.model", "tokenwire.stream.mode"},
+	},
 	TokenwireTCPHandshakeFailures: metricInfo{
 		Name:       "tokenwire.tcp.handshake.failures",
 		Attributes: []string{"network.tcp.handshake.role", "error.type", "server.port", "network.type"},
@@ -122,12 +156,220 @@ var MetricsInfo = metricsInfo{
 }
 
 type metricsInfo struct {
+	TokenwireStreamBytes          metricInfo
+	TokenwireStreamChunks         metricInfo
 	TokenwireTCPHandshakeFailures metricInfo
 }
 
 type metricInfo struct {
 	Name       string
 	Attributes []string
+}
+
+type metricTokenwireStreamBytes struct {
+	data          pmetric.Metric                   // data buffer for generated metric.
+	config        TokenwireStreamBytesMetricConfig // metric config provided by user.
+	capacity      int                              // max observed number of data points added to the metric.
+	aggDataPoints []int64                          // slice containing number of aggregated datapoints at each index
+}
+
+// init fills tokenwire.stream.bytes metric with initial data.
+func (m *metricTokenwireStreamBytes) init() {
+	m.data.SetName("tokenwire.stream.bytes")
+	m.data.SetDescription("Body bytes of streamed responses as written to the socket (after the headers, including chunked-encoding framing).")
+	m.data.SetUnit("By")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyServerPort) {
+		dp.Attributes().PutInt("server.port", serverPortAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod) {
+		dp.Attributes().PutStr("http.request.method", httpRequestMethodAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyURLPath) {
+		dp.Attributes().PutStr("url.path", urlPathAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel) {
+		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode) {
+		dp.Attributes().PutStr("tokenwire.stream.mode", tokenwireStreamModeAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricTokenwireStreamBytes) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricTokenwireStreamBytes) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricTokenwireStreamBytes(cfg TokenwireStreamBytesMetricConfig) metricTokenwireStreamBytes {
+	m := metricTokenwireStreamBytes{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricTokenwireStreamChunks struct {
+	data          pmetric.Metric                    // data buffer for generated metric.
+	config        TokenwireStreamChunksMetricConfig // metric config provided by user.
+	capacity      int                               // max observed number of data points added to the metric.
+	aggDataPoints []int64                           // slice containing number of aggregated datapoints at each index
+}
+
+// init fills tokenwire.stream.chunks metric with initial data.
+func (m *metricTokenwireStreamChunks) init() {
+	m.data.SetName("tokenwire.stream.chunks")
+	m.data.SetDescription("Body chunks of streamed responses (writes after the response head; writes closer than streams.coalesce count as one).")
+	m.data.SetUnit("{chunk}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyServerPort) {
+		dp.Attributes().PutInt("server.port", serverPortAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod) {
+		dp.Attributes().PutStr("http.request.method", httpRequestMethodAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyURLPath) {
+		dp.Attributes().PutStr("url.path", urlPathAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel) {
+		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode) {
+		dp.Attributes().PutStr("tokenwire.stream.mode", tokenwireStreamModeAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricTokenwireStreamChunks) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricTokenwireStreamChunks) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricTokenwireStreamChunks(cfg TokenwireStreamChunksMetricConfig) metricTokenwireStreamChunks {
+	m := metricTokenwireStreamChunks{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
 }
 
 type metricTokenwireTCPHandshakeFailures struct {
@@ -240,6 +482,8 @@ type MetricsBuilder struct {
 	buildInfo                           component.BuildInfo  // contains version information.
 	resourceAttributeIncludeFilter      map[string]filter.Filter
 	resourceAttributeExcludeFilter      map[string]filter.Filter
+	metricTokenwireStreamBytes          metricTokenwireStreamBytes
+	metricTokenwireStreamChunks         metricTokenwireStreamChunks
 	metricTokenwireTCPHandshakeFailures metricTokenwireTCPHandshakeFailures
 }
 
@@ -266,15 +510,35 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		startTime:                           pcommon.NewTimestampFromTime(time.Now()),
 		metricsBuffer:                       pmetric.NewMetrics(),
 		buildInfo:                           settings.BuildInfo,
+		metricTokenwireStreamBytes:          newMetricTokenwireStreamBytes(mbc.Metrics.TokenwireStreamBytes),
+		metricTokenwireStreamChunks:         newMetricTokenwireStreamChunks(mbc.Metrics.TokenwireStreamChunks),
 		metricTokenwireTCPHandshakeFailures: newMetricTokenwireTCPHandshakeFailures(mbc.Metrics.TokenwireTCPHandshakeFailures),
 		resourceAttributeIncludeFilter:      make(map[string]filter.Filter),
 		resourceAttributeExcludeFilter:      make(map[string]filter.Filter),
+	}
+	if mbc.ResourceAttributes.ContainerID.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["container.id"] = filter.CreateFilter(mbc.ResourceAttributes.ContainerID.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ContainerID.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["container.id"] = filter.CreateFilter(mbc.ResourceAttributes.ContainerID.MetricsExclude)
 	}
 	if mbc.ResourceAttributes.HostName.MetricsInclude != nil {
 		mb.resourceAttributeIncludeFilter["host.name"] = filter.CreateFilter(mbc.ResourceAttributes.HostName.MetricsInclude)
 	}
 	if mbc.ResourceAttributes.HostName.MetricsExclude != nil {
 		mb.resourceAttributeExcludeFilter["host.name"] = filter.CreateFilter(mbc.ResourceAttributes.HostName.MetricsExclude)
+	}
+	if mbc.ResourceAttributes.ProcessExecutableName.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["process.executable.name"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessExecutableName.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ProcessExecutableName.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["process.executable.name"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessExecutableName.MetricsExclude)
+	}
+	if mbc.ResourceAttributes.ProcessPid.MetricsInclude != nil {
+		mb.resourceAttributeIncludeFilter["process.pid"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessPid.MetricsInclude)
+	}
+	if mbc.ResourceAttributes.ProcessPid.MetricsExclude != nil {
+		mb.resourceAttributeExcludeFilter["process.pid"] = filter.CreateFilter(mbc.ResourceAttributes.ProcessPid.MetricsExclude)
 	}
 
 	for _, op := range options {
@@ -346,6 +610,8 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Scope().SetName(ScopeName)
 	ils.Scope().SetVersion(mb.buildInfo.Version)
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
+	mb.metricTokenwireStreamBytes.emit(ils.Metrics())
+	mb.metricTokenwireStreamChunks.emit(ils.Metrics())
 	mb.metricTokenwireTCPHandshakeFailures.emit(ils.Metrics())
 
 	for _, op := range options {
@@ -376,6 +642,16 @@ func (mb *MetricsBuilder) Emit(options ...ResourceMetricsOption) pmetric.Metrics
 	metrics := mb.metricsBuffer
 	mb.metricsBuffer = pmetric.NewMetrics()
 	return metrics
+}
+
+// RecordTokenwireStreamBytesDataPoint adds a data point to tokenwire.stream.bytes metric.
+func (mb *MetricsBuilder) RecordTokenwireStreamBytesDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
+	mb.metricTokenwireStreamBytes.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, urlPathAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
+}
+
+// RecordTokenwireStreamChunksDataPoint adds a data point to tokenwire.stream.chunks metric.
+func (mb *MetricsBuilder) RecordTokenwireStreamChunksDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
+	mb.metricTokenwireStreamChunks.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, urlPathAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
 }
 
 // RecordTokenwireTCPHandshakeFailuresDataPoint adds a data point to tokenwire.tcp.handshake.failures metric.

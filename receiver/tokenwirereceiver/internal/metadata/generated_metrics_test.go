@@ -67,6 +67,8 @@ func TestMetricsBuilder(t *testing.T) {
 			settings.Logger = zap.New(observedZapCore)
 			mb := NewMetricsBuilder(loadMetricsBuilderConfig(t, tt.name), settings, WithStartTime(start))
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
+			aggMap["tokenwire.stream.bytes"] = mb.metricTokenwireStreamBytes.config.AggregationStrategy
+			aggMap["tokenwire.stream.chunks"] = mb.metricTokenwireStreamChunks.config.AggregationStrategy
 			aggMap["tokenwire.tcp.handshake.failures"] = mb.metricTokenwireTCPHandshakeFailures.config.AggregationStrategy
 
 			expectedWarnings := 0
@@ -78,16 +80,33 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "url.path-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
+			if tt.name == "reaggregate_set" {
+				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "url.path-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "url.path-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
+			if tt.name == "reaggregate_set" {
+				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "url.path-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordTokenwireTCPHandshakeFailuresDataPoint(ts, 1, AttributeNetworkTCPHandshakeRoleClient, AttributeErrorTypeRefused, 11, AttributeNetworkTypeIpv4)
 			if tt.name == "reaggregate_set" {
 				mb.RecordTokenwireTCPHandshakeFailuresDataPoint(ts, 3, AttributeNetworkTCPHandshakeRoleServer, AttributeErrorTypeTimeout, 12, AttributeNetworkTypeIpv6)
 			}
 
 			rb := mb.NewResourceBuilder()
+			rb.SetContainerID("container.id-val")
 			rb.SetHostName("host.name-val")
+			rb.SetProcessExecutableName("process.executable.name-val")
+			rb.SetProcessPid(11)
 			res := rb.Emit()
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {
+				assert.Empty(t, mb.metricTokenwireStreamBytes.aggDataPoints)
+				assert.Empty(t, mb.metricTokenwireStreamChunks.aggDataPoints)
 				assert.Empty(t, mb.metricTokenwireTCPHandshakeFailures.aggDataPoints)
 			}
 
@@ -116,6 +135,134 @@ func TestMetricsBuilder(t *testing.T) {
 			validatedMetrics := make(map[string]bool)
 			for _, mi := range allMetricsList {
 				switch mi.Name() {
+				case "tokenwire.stream.bytes":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["tokenwire.stream.bytes"], "Found a duplicate in the metrics slice: tokenwire.stream.bytes")
+						validatedMetrics["tokenwire.stream.bytes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Body bytes of streamed responses as written to the socket (after the headers, including chunked-encoding framing).", mi.Description())
+						assert.Equal(t, "By", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						serverPortAttrVal, ok := dp.Attributes().Get("server.port")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, serverPortAttrVal.Int())
+						httpRequestMethodAttrVal, ok := dp.Attributes().Get("http.request.method")
+						assert.True(t, ok)
+						assert.Equal(t, "http.request.method-val", httpRequestMethodAttrVal.Str())
+						urlPathAttrVal, ok := dp.Attributes().Get("url.path")
+						assert.True(t, ok)
+						assert.Equal(t, "url.path-val", urlPathAttrVal.Str())
+						genAiRequestModelAttrVal, ok := dp.Attributes().Get("gen_ai.request.model")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.request.model-val", genAiRequestModelAttrVal.Str())
+						tokenwireStreamModeAttrVal, ok := dp.Attributes().Get("tokenwire.stream.mode")
+						assert.True(t, ok)
+						assert.Equal(t, "http", tokenwireStreamModeAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["tokenwire.stream.bytes"], "Found a duplicate in the metrics slice: tokenwire.stream.bytes")
+						validatedMetrics["tokenwire.stream.bytes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Body bytes of streamed responses as written to the socket (after the headers, including chunked-encoding framing).", mi.Description())
+						assert.Equal(t, "By", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["tokenwire.stream.bytes"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("server.port")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("http.request.method")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("url.path")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gen_ai.request.model")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("tokenwire.stream.mode")
+						assert.False(t, ok)
+					}
+				case "tokenwire.stream.chunks":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["tokenwire.stream.chunks"], "Found a duplicate in the metrics slice: tokenwire.stream.chunks")
+						validatedMetrics["tokenwire.stream.chunks"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Body chunks of streamed responses (writes after the response head; writes closer than streams.coalesce count as one).", mi.Description())
+						assert.Equal(t, "{chunk}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						serverPortAttrVal, ok := dp.Attributes().Get("server.port")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, serverPortAttrVal.Int())
+						httpRequestMethodAttrVal, ok := dp.Attributes().Get("http.request.method")
+						assert.True(t, ok)
+						assert.Equal(t, "http.request.method-val", httpRequestMethodAttrVal.Str())
+						urlPathAttrVal, ok := dp.Attributes().Get("url.path")
+						assert.True(t, ok)
+						assert.Equal(t, "url.path-val", urlPathAttrVal.Str())
+						genAiRequestModelAttrVal, ok := dp.Attributes().Get("gen_ai.request.model")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.request.model-val", genAiRequestModelAttrVal.Str())
+						tokenwireStreamModeAttrVal, ok := dp.Attributes().Get("tokenwire.stream.mode")
+						assert.True(t, ok)
+						assert.Equal(t, "http", tokenwireStreamModeAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["tokenwire.stream.chunks"], "Found a duplicate in the metrics slice: tokenwire.stream.chunks")
+						validatedMetrics["tokenwire.stream.chunks"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Body chunks of streamed responses (writes after the response head; writes closer than streams.coalesce count as one).", mi.Description())
+						assert.Equal(t, "{chunk}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["tokenwire.stream.chunks"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("server.port")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("http.request.method")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("url.path")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gen_ai.request.model")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("tokenwire.stream.mode")
+						assert.False(t, ok)
+					}
 				case "tokenwire.tcp.handshake.failures":
 					if tt.name != "reaggregate_set" {
 						assert.False(t, validatedMetrics["tokenwire.tcp.handshake.failures"], "Found a duplicate in the metrics slice: tokenwire.tcp.handshake.failures")

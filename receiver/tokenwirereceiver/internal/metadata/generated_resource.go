@@ -21,10 +21,31 @@ func NewResourceBuilder(rac ResourceAttributesConfig) *ResourceBuilder {
 	}
 }
 
+// SetContainerID sets provided value as "container.id" attribute.
+func (rb *ResourceBuilder) SetContainerID(val string) {
+	if rb.config.ContainerID.Enabled {
+		rb.res.Attributes().PutStr("container.id", val)
+	}
+}
+
 // SetHostName sets provided value as "host.name" attribute.
 func (rb *ResourceBuilder) SetHostName(val string) {
 	if rb.config.HostName.Enabled {
 		rb.res.Attributes().PutStr("host.name", val)
+	}
+}
+
+// SetProcessExecutableName sets provided value as "process.executable.name" attribute.
+func (rb *ResourceBuilder) SetProcessExecutableName(val string) {
+	if rb.config.ProcessExecutableName.Enabled {
+		rb.res.Attributes().PutStr("process.executable.name", val)
+	}
+}
+
+// SetProcessPid sets provided value as "process.pid" attribute.
+func (rb *ResourceBuilder) SetProcessPid(val int64) {
+	if rb.config.ProcessPid.Enabled {
+		rb.res.Attributes().PutInt("process.pid", val)
 	}
 }
 

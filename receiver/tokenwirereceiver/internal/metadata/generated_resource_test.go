@@ -13,26 +13,44 @@ func TestResourceBuilder(t *testing.T) {
 		t.Run(tt, func(t *testing.T) {
 			cfg := loadResourceAttributesConfig(t, tt)
 			rb := NewResourceBuilder(cfg)
+			rb.SetContainerID("container.id-val")
 			rb.SetHostName("host.name-val")
+			rb.SetProcessExecutableName("process.executable.name-val")
+			rb.SetProcessPid(11)
 
 			res := rb.Emit()
 			assert.Equal(t, 0, rb.Emit().Attributes().Len()) // Second call should return empty Resource
 
 			switch tt {
 			case "default":
-				assert.Equal(t, 1, res.Attributes().Len())
+				assert.Equal(t, 4, res.Attributes().Len())
 			case "all_set":
-				assert.Equal(t, 1, res.Attributes().Len())
+				assert.Equal(t, 4, res.Attributes().Len())
 			case "none_set":
 				assert.Equal(t, 0, res.Attributes().Len())
 				return
 			default:
 				assert.Failf(t, "unexpected test case: %s", tt)
 			}
+			containerIDAttrVal, ok := res.Attributes().Get("container.id")
+			assert.True(t, ok)
+			if ok {
+				assert.Equal(t, "container.id-val", containerIDAttrVal.Str())
+			}
 			hostNameAttrVal, ok := res.Attributes().Get("host.name")
 			assert.True(t, ok)
 			if ok {
 				assert.Equal(t, "host.name-val", hostNameAttrVal.Str())
+			}
+			processExecutableNameAttrVal, ok := res.Attributes().Get("process.executable.name")
+			assert.True(t, ok)
+			if ok {
+				assert.Equal(t, "process.executable.name-val", processExecutableNameAttrVal.Str())
+			}
+			processPidAttrVal, ok := res.Attributes().Get("process.pid")
+			assert.True(t, ok)
+			if ok {
+				assert.EqualValues(t, 11, processPidAttrVal.Int())
 			}
 		})
 	}

@@ -32,6 +32,9 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireProgramsAttached metric.Int64ObservableGauge
 	ReceiverTokenwireRecordsLost      metric.Int64ObservableCounter
 	ReceiverTokenwireRecordsRead      metric.Int64Counter
+	ReceiverTokenwireStreamEvictions  metric.Int64Counter
+	ReceiverTokenwireStreamsOpen      metric.Int64ObservableGauge
+	ReceiverTokenwireStreamsSkipped   metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -81,6 +84,21 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireRecordsLostCallback(cb
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireRecordsLost, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireRecordsLost)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireStreamsOpenCallback sets callback for observable ReceiverTokenwireStreamsOpen metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireStreamsOpenCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireStreamsOpen, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireStreamsOpen)
 	if err != nil {
 		return err
 	}
@@ -140,6 +158,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_records_read",
 		metric.WithDescription("Records read from the kernel's ring buffers. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireStreamEvictions, err = builder.meter.Int64Counter(
+		"otelcol_receiver_tokenwire_stream_evictions",
+		metric.WithDescription("Streams dropped from the receiver's table of open streams because it was full (streams.max_sockets); their end is not reported. [Development]"),
+		metric.WithUnit("{stream}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireStreamsOpen, err = builder.meter.Int64ObservableGauge(
+		"otelcol_receiver_tokenwire_streams_open",
+		metric.WithDescription("Streams whose request was seen and whose end was not yet. [Development]"),
+		metric.WithUnit("{stream}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireStreamsSkipped, err = builder.meter.Int64Counter(
+		"otelcol_receiver_tokenwire_streams_skipped",
+		metric.WithDescription("Responses seen on watched ports that are not reported as streams, by reason: not_streamed (one body with Content-Length), no_response (the connection ended first), filtered (process not selected). [Development]"),
+		metric.WithUnit("{response}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

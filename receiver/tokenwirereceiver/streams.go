@@ -1,0 +1,452 @@
+package tokenwirereceiver
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/tokenwire/tokenwire/internal/httpsniff"
+	"github.com/tokenwire/tokenwire/internal/procinfo"
+	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+// otherValue replaces attribute values beyond a cardinality cap.
+const otherValue = "_other"
+
+// Reasons a response on a watched port is not reported as a stream.
+const (
+	skipNotStreamed = "not_streamed"
+	skipNoResponse  = "no_response"
+	skipFiltered    = "filtered"
+)
+
+// seriesKey is one attribute set of the stream metrics, under one process.
+type seriesKey struct {
+	pid                 uint32
+	port                uint16
+	method, path, model string
+	mode                metadata.AttributeTokenwireStreamMode
+}
+
+type streamSeries struct {
+	ttft, duration, interval *histogram
+	chunks, bytes            int64
+}
+
+// openStream is what the receiver knows of a stream between its request
+// and its end: the heads of request and response, and how much of the
+// kernel's running totals it has already counted.
+type openStream struct {
+	req     [2 * stream.PeekMax]byte
+	reqLen  int
+	resp    [stream.PeekMax]byte
+	respLen int
+	pid     uint32
+	comm    [16]byte
+
+	classified bool
+	skip       string // non-empty: not reported, and why
+	key        seriesKey
+	request    httpsniff.Request
+	response   httpsniff.Response
+	isHTTP     bool
+
+	ttftDone   bool
+	seenGapSum uint64
+	seenChunks uint32
+	seenBytes  uint64
+}
+
+// streamStats turns stream records into metrics and spans.
+type streamStats struct {
+	cfg   *StreamsConfig
+	procs *procinfo.Cache
+	// wallOffset converts kernel monotonic ns to Unix ns.
+	wallOffset int64
+	onSkip     func(reason string)
+	onEvict    func()
+
+	mu      sync.Mutex
+	series  map[seriesKey]*streamSeries
+	open    map[stream.ID]*openStream
+	paths   map[string]bool
+	models  map[string]bool
+	pids    map[uint32]bool
+	names   map[string]bool
+	spans   map[uint32]ptrace.SpanSlice // by pid, waiting for the next flush
+	pending ptrace.Traces
+}
+
+func newStreamStats(cfg *StreamsConfig, wallOffset int64, onSkip func(string), onEvict func()) *streamStats {
+	s := &streamStats{
+		cfg:        cfg,
+		procs:      procinfo.NewCache(4096),
+		wallOffset: wallOffset,
+		onSkip:     onSkip,
+		onEvict:    onEvict,
+		series:     map[seriesKey]*streamSeries{},
+		open:       map[stream.ID]*openStream{},
+		paths:      map[string]bool{},
+		models:     map[string]bool{},
+		pids:       map[uint32]bool{},
+		names:      map[string]bool{},
+		pending:    ptrace.NewTraces(),
+	}
+	for _, p := range cfg.Pids {
+		s.pids[uint32(p)] = true
+	}
+	for _, n := range cfg.ProcessNames {
+		s.names[n] = true
+	}
+	return s
+}
+
+// openCount reports how many streams are between request and end.
+func (s *streamStats) openCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
+// stream returns the open stream for id, making room when the table is
+// full (the evicted stream's end will not be reported).
+func (s *streamStats) stream(id stream.ID) *openStream {
+	if o, ok := s.open[id]; ok {
+		return o
+	}
+	if len(s.open) >= s.cfg.MaxSockets {
+		for victim := range s.open {
+			delete(s.open, victim)
+			s.onEvict()
+			break
+		}
+	}
+	o := &openStream{}
+	s.open[id] = o
+	return o
+}
+
+// add folds one record in. It allocates only when a stream opens.
+func (s *streamStats) add(rec *stream.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch rec.Kind {
+	case stream.KindRequest:
+		o := s.stream(rec.ID)
+		if off := int(rec.Offset); off < len(o.req) {
+			n := copy(o.req[off:], rec.Data)
+			o.reqLen = max(o.reqLen, off+n)
+		}
+		if o.pid == 0 {
+			o.pid, o.comm = rec.PID, rec.Comm
+		}
+	case stream.KindResponse:
+		o := s.stream(rec.ID)
+		o.respLen = copy(o.resp[:], rec.Data)
+		o.pid, o.comm = rec.PID, rec.Comm
+	case stream.KindProgress:
+		o := s.stream(rec.ID)
+		s.count(o, rec, false)
+	case stream.KindEnd:
+		o, ok := s.open[rec.ID]
+		if !ok {
+			o = &openStream{}
+		}
+		delete(s.open, rec.ID)
+		if rec.Stats.HeadersTS == 0 {
+			s.onSkip(skipNoResponse)
+			return
+		}
+		s.count(o, rec, true)
+	}
+}
+
+// classify reads the heads once: mode, attributes, and whether to report.
+func (s *streamStats) classify(o *openStream, st *stream.Stats) {
+	o.classified = true
+	if o.pid == 0 {
+		o.pid = st.PID
+	}
+	req, reqOK := httpsniff.ParseRequest(o.req[:o.reqLen])
+	resp, respOK := httpsniff.ParseResponse(o.resp[:o.respLen])
+	o.request, o.response, o.isHTTP = req, resp, respOK
+	mode := metadata.AttributeTokenwireStreamModeOpaque
+	if respOK {
+		mode = metadata.AttributeTokenwireStreamModeHTTP
+	}
+	switch {
+	case respOK && !resp.Streamed():
+		o.skip = skipNotStreamed
+	case !s.selected(o):
+		o.skip = skipFiltered
+	}
+	if o.skip != "" {
+		s.onSkip(o.skip)
+		return
+	}
+	key := seriesKey{pid: o.pid, port: st.Local.Port(), mode: mode}
+	if reqOK && respOK {
+		key.method = req.Method
+		key.path = capped(s.paths, s.cfg.MaxPaths, req.Path)
+		if req.Model != "" {
+			key.model = capped(s.models, s.cfg.MaxModels, req.Model)
+		}
+	}
+	o.key = key
+}
+
+func (s *streamStats) selected(o *openStream) bool {
+	if len(s.pids) == 0 && len(s.names) == 0 {
+		return true
+	}
+	if s.pids[o.pid] {
+		return true
+	}
+	return len(s.names) > 0 && s.names[s.procs.Lookup(o.pid, cString(o.comm[:])).Executable]
+}
+
+// capped returns v while fewer than limit distinct values were seen, then
+// _other for new ones.
+func capped(seen map[string]bool, limit int, v string) string {
+	if seen[v] {
+		return v
+	}
+	if len(seen) >= limit {
+		return otherValue
+	}
+	seen[v] = true
+	return v
+}
+
+// count adds what the kernel counted since the stream's previous record.
+func (s *streamStats) count(o *openStream, rec *stream.Record, end bool) {
+	st := &rec.Stats
+	if !o.classified {
+		s.classify(o, st)
+	}
+	if o.skip != "" {
+		return
+	}
+	ser := s.series[o.key]
+	if ser == nil {
+		ser = &streamSeries{
+			ttft:     newHistogram(&ttftDef),
+			duration: newHistogram(&requestDurationDef),
+			interval: newHistogram(&chunkIntervalDef),
+		}
+		s.series[o.key] = ser
+	}
+	if !o.ttftDone && st.FirstChunkTS != 0 {
+		o.ttftDone = true
+		ser.ttft.observe(ttftDef.bounds, seconds(st.FirstChunkTS-st.RequestTS))
+	}
+	ser.interval.addCounts(st.GapCounts[:], seconds(st.GapSum-o.seenGapSum))
+	ser.chunks += int64(st.Chunks - o.seenChunks)
+	ser.bytes += int64(st.Bytes - o.seenBytes)
+	o.seenGapSum, o.seenChunks, o.seenBytes = st.GapSum, st.Chunks, st.Bytes
+	if end {
+		ser.duration.observe(requestDurationDef.bounds, seconds(st.EndTS-st.RequestTS))
+		if s.cfg.Spans {
+			s.span(o, rec)
+		}
+	}
+}
+
+func seconds(ns uint64) float64 { return float64(ns) / 1e9 }
+
+func (s *streamStats) wall(ns uint64) pcommon.Timestamp {
+	return pcommon.Timestamp(int64(ns) + s.wallOffset)
+}
+
+// span records one SERVER span for a finished stream, joining the caller's
+// trace when the request carried a traceparent.
+func (s *streamStats) span(o *openStream, rec *stream.Record) {
+	st := &rec.Stats
+	spans, ok := s.spans[o.pid]
+	if !ok {
+		if s.spans == nil {
+			s.spans = map[uint32]ptrace.SpanSlice{}
+		}
+		rs := s.pending.ResourceSpans().AppendEmpty()
+		s.processResource(o.pid, cString(o.comm[:]), rs.Resource())
+		ss := rs.ScopeSpans().AppendEmpty()
+		ss.Scope().SetName(metadata.ScopeName)
+		spans = ss.Spans()
+		s.spans[o.pid] = spans
+	}
+	sp := spans.AppendEmpty()
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], rand.Uint64()|1)
+	sp.SetSpanID(id)
+	if tp := o.request.TraceParent; tp.Valid {
+		sp.SetTraceID(tp.TraceID)
+		sp.SetParentSpanID(tp.SpanID)
+	} else {
+		var tid [16]byte
+		binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.LittleEndian.PutUint64(tid[8:], rand.Uint64()|1)
+		sp.SetTraceID(tid)
+	}
+	sp.SetKind(ptrace.SpanKindServer)
+	if o.key.method != "" {
+		sp.SetName(o.key.method + " " + o.request.Path)
+	} else {
+		sp.SetName("stream " + strconv.Itoa(int(o.key.port)))
+	}
+	sp.SetStartTimestamp(s.wall(st.RequestTS))
+	sp.SetEndTimestamp(s.wall(st.EndTS))
+	a := sp.Attributes()
+	if o.key.method != "" {
+		a.PutStr("http.request.method", o.key.method)
+		a.PutStr("url.path", o.request.Path)
+	}
+	if o.isHTTP {
+		a.PutInt("http.response.status_code", int64(o.response.Status))
+		if o.response.Status >= 500 {
+			sp.Status().SetCode(ptrace.StatusCodeError)
+		}
+	}
+	if o.request.Model != "" {
+		a.PutStr("gen_ai.request.model", o.request.Model)
+	}
+	a.PutInt("server.port", int64(o.key.port))
+	a.PutStr("client.address", st.Remote.Addr().Unmap().String())
+	a.PutInt("client.port", int64(st.Remote.Port()))
+	a.PutStr("tokenwire.stream.mode", o.key.mode.String())
+	a.PutStr("tokenwire.stream.end_reason", rec.Reason.String())
+	a.PutInt("tokenwire.stream.chunks", int64(st.Chunks))
+	a.PutInt("tokenwire.stream.bytes", int64(st.Bytes))
+	if st.FirstChunkTS != 0 {
+		a.PutDouble("gen_ai.response.time_to_first_chunk", seconds(st.FirstChunkTS-st.RequestTS))
+		ev := sp.Events().AppendEmpty()
+		ev.SetName("first_chunk")
+		ev.SetTimestamp(s.wall(st.FirstChunkTS))
+	}
+	a.PutDouble("tokenwire.stream.chunk.interval.max", seconds(st.GapMax))
+}
+
+// processResource describes the process that wrote a stream.
+func (s *streamStats) processResource(pid uint32, comm string, res pcommon.Resource) {
+	info := s.procs.Lookup(pid, comm)
+	a := res.Attributes()
+	a.PutInt("process.pid", int64(pid))
+	if info.Executable != "" {
+		a.PutStr("process.executable.name", info.Executable)
+	}
+	if info.ContainerID != "" {
+		a.PutStr("container.id", info.ContainerID)
+	}
+}
+
+// takeSpans returns the spans gathered since the previous call.
+func (s *streamStats) takeSpans() ptrace.Traces {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.pending
+	s.pending = ptrace.NewTraces()
+	s.spans = nil
+	return out
+}
+
+// record writes the cumulative stream metrics: sums through mb, one
+// resource per process, histograms next to them.
+func (s *streamStats) record(mb *metadata.MetricsBuilder, md pmetric.Metrics, host string, start, now pcommon.Timestamp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byPID := map[uint32][]seriesKey{}
+	for k := range s.series {
+		byPID[k.pid] = append(byPID[k.pid], k)
+	}
+	for pid, keys := range byPID {
+		info := s.procs.Lookup(pid, "")
+		rb := mb.NewResourceBuilder()
+		if host != "" {
+			rb.SetHostName(host)
+		}
+		rb.SetProcessPid(int64(pid))
+		if info.Executable != "" {
+			rb.SetProcessExecutableName(info.Executable)
+		}
+		if info.ContainerID != "" {
+			rb.SetContainerID(info.ContainerID)
+		}
+		res := rb.Emit()
+		for _, k := range keys {
+			ser := s.series[k]
+			mb.RecordTokenwireStreamChunksDataPoint(now, ser.chunks, int64(k.port), k.method, k.path, k.model, k.mode)
+			mb.RecordTokenwireStreamBytesDataPoint(now, ser.bytes, int64(k.port), k.method, k.path, k.model, k.mode)
+		}
+		mb.EmitForResource(metadata.WithResource(res))
+		// The builder's buffer is only handed out by Emit, so histograms
+		// go into md under the same resource; mergeResources joins them.
+		rm := md.ResourceMetrics().AppendEmpty()
+		res.CopyTo(rm.Resource())
+		sm := rm.ScopeMetrics().AppendEmpty()
+		sm.Scope().SetName(metadata.ScopeName)
+		for _, def := range []*histogramDef{&ttftDef, &requestDurationDef, &chunkIntervalDef} {
+			var dps pmetric.HistogramDataPointSlice
+			for _, k := range keys {
+				ser := s.series[k]
+				h := ser.ttft
+				switch def {
+				case &requestDurationDef:
+					h = ser.duration
+				case &chunkIntervalDef:
+					h = ser.interval
+				}
+				if h.count == 0 {
+					continue
+				}
+				if dps == (pmetric.HistogramDataPointSlice{}) {
+					dps = newHistogramMetric(sm.Metrics(), def).Histogram().DataPoints()
+				}
+				attrs := h.appendTo(dps, def, start, now).Attributes()
+				attrs.PutInt("server.port", int64(k.port))
+				attrs.PutStr("http.request.method", k.method)
+				attrs.PutStr("url.path", k.path)
+				attrs.PutStr("gen_ai.request.model", k.model)
+				attrs.PutStr("tokenwire.stream.mode", k.mode.String())
+			}
+		}
+	}
+}
+
+// cString returns the text of a NUL-padded kernel string.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// mergeResources moves every resource of src into dst, joining it with a
+// resource of dst that has the same attributes (same scope too).
+func mergeResources(dst, src pmetric.Metrics) {
+	srms := src.ResourceMetrics()
+	for i := range srms.Len() {
+		srm := srms.At(i)
+		if srm.ScopeMetrics().Len() == 0 || srm.ScopeMetrics().At(0).Metrics().Len() == 0 {
+			continue
+		}
+		drms := dst.ResourceMetrics()
+		joined := false
+		for j := range drms.Len() {
+			drm := drms.At(j)
+			if drm.Resource().Attributes().Equal(srm.Resource().Attributes()) && drm.ScopeMetrics().Len() > 0 {
+				srm.ScopeMetrics().At(0).Metrics().MoveAndAppendTo(drm.ScopeMetrics().At(0).Metrics())
+				joined = true
+				break
+			}
+		}
+		if !joined {
+			srm.CopyTo(drms.AppendEmpty())
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package tokenwirereceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/tokenwire/tokenwire/internal/stream"
+)
+
+var streamAttr = attribute.String("capability", "stream")
+
+// startStreams loads the stream probe and starts reading it.
+func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
+	bounds := make([]time.Duration, len(chunkIntervalDef.bounds))
+	for i, b := range chunkIntervalDef.bounds {
+		bounds[i] = time.Duration(b * float64(time.Second))
+	}
+	tr, err := stream.Open(stream.Config{
+		Ports:           toPorts(r.cfg.Streams.Ports),
+		MaxSockets:      uint32(r.cfg.Streams.MaxSockets),
+		RingBufferBytes: uint32(r.cfg.RingBufferSize),
+		HookOrder:       r.cfg.hookOrder(),
+		Coalesce:        r.cfg.Streams.Coalesce,
+		FlushInterval:   r.cfg.Streams.FlushInterval,
+		GapBounds:       bounds,
+	})
+	if err != nil {
+		return fmt.Errorf("tokenwire stream probe: %w", err)
+	}
+	r.streams = tr
+	fields := []zap.Field{zap.Ints("ports", r.cfg.Streams.Ports)}
+	for _, p := range tr.HookPoints() {
+		summary := p.Choice.Summary()
+		if p.Choice.Closer == nil {
+			summary = "not attached: streams are opaque"
+		}
+		fields = append(fields, zap.String(p.Name, summary))
+	}
+	r.set.Logger.Info("tokenwire stream probe attached", fields...)
+
+	skipped := map[string]metric.AddOption{}
+	for _, reason := range []string{skipNotStreamed, skipNoResponse, skipFiltered} {
+		skipped[reason] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
+	}
+	r.stStats = newStreamStats(&r.cfg.Streams, wallOffset(),
+		func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
+		func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) })
+	r.wg.Add(1)
+	go r.readStreams(ctx)
+	return nil
+}
+
+func (r *tokenwireReceiver) readStreams(ctx context.Context) {
+	defer r.wg.Done()
+	var rec stream.Record
+	read := metric.WithAttributeSet(attribute.NewSet(streamAttr))
+	for {
+		if err := r.streams.Read(&rec); err != nil {
+			if errors.Is(err, stream.ErrClosed) {
+				return
+			}
+			r.set.Logger.Warn("reading stream records", zap.Error(err))
+			continue
+		}
+		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, read)
+		r.stStats.add(&rec)
+	}
+}
+
+func (r *tokenwireReceiver) registerStreamTelemetry() error {
+	tr := r.streams
+	attrs := metric.WithAttributeSet(attribute.NewSet(streamAttr))
+	mapAttrs := metric.WithAttributeSet(attribute.NewSet(streamAttr, attribute.String("map", "tw_st_socks")))
+	return errors.Join(
+		r.telemetry.RegisterReceiverTokenwireRecordsLostCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := tr.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.RecordsLost), attrs)
+			return nil
+		}),
+		r.telemetry.RegisterReceiverTokenwireMapEntriesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			n, err := tr.Sockets()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(n), mapAttrs)
+			return nil
+		}),
+		r.telemetry.RegisterReceiverTokenwireStreamsOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(r.stStats.openCount()))
+			return nil
+		}),
+		r.telemetry.RegisterReceiverTokenwireProgramsAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, p := range tr.HookPoints() {
+				if p.Choice.Closer != nil {
+					o.Observe(1, metric.WithAttributeSet(attribute.NewSet(streamAttr,
+						attribute.String("hook", string(p.Choice.Kind)), attribute.String("hook_point", p.Name))))
+				}
+			}
+			return nil
+		}),
+	)
+}
+
+// emitSpans sends the spans of streams that ended since the last call.
+func (r *tokenwireReceiver) emitSpans(ctx context.Context) {
+	r.nextMu.Lock()
+	next := r.traces
+	r.nextMu.Unlock()
+	if r.stStats == nil {
+		return
+	}
+	td := r.stStats.takeSpans()
+	if next == nil || td.SpanCount() == 0 {
+		return
+	}
+	if err := next.ConsumeTraces(ctx, td); err != nil {
+		r.set.Logger.Warn("traces pipeline refused tokenwire spans", zap.Error(err))
+	}
+}
+
+// wallOffset is what to add to a kernel monotonic timestamp
+// (bpf_ktime_get_ns, CLOCK_MONOTONIC) to get Unix nanoseconds.
+func wallOffset() int64 {
+	var ts unix.Timespec
+	before := time.Now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return before.UnixNano() - ts.Nano()
+}
