@@ -1,0 +1,157 @@
+package tokenwirereceiver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+// sseHandler streams events after a think time, like an OpenAI-compatible
+// server.
+type sseHandler struct {
+	think, interval time.Duration
+	events          int
+}
+
+func (h sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "text/event-stream")
+	time.Sleep(h.think)
+	for i := range h.events {
+		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+		w.(http.Flusher).Flush()
+		time.Sleep(h.interval)
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+func TestStreamMetricsAndSpans(t *testing.T) {
+	bpftest.Require(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: sseHandler{think: 50 * time.Millisecond, interval: 10 * time.Millisecond, events: 10}}
+	go srv.Serve(ln)
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 200 * time.Millisecond
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	f := NewFactory()
+	set := receivertest.NewNopSettings(metadata.Type)
+	metrics, traces := new(consumertest.MetricsSink), new(consumertest.TracesSink)
+	mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
+	require.NoError(t, err)
+	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
+	require.NoError(t, err)
+	require.NoError(t, mr.Start(context.Background(), componenttest.NewNopHost()))
+	require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			require.NoError(t, mr.Shutdown(context.Background()))
+			require.NoError(t, tr.Shutdown(context.Background()))
+		}
+	}
+	defer stop()
+
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	const streams = 3
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}} // one keep-alive socket
+	for range streams {
+		req, err := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/chat/completions?stream=1",
+			bytes.NewBufferString(`{"model":"llama-3-8b","stream":true}`))
+		require.NoError(t, err)
+		req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	require.Eventually(t, func() bool { return traces.SpanCount() >= streams }, 5*time.Second, 20*time.Millisecond)
+	stop()
+
+	// Spans: one per stream, in the caller's trace, with exact counts.
+	require.Equal(t, streams, traces.SpanCount())
+	for _, td := range traces.AllTraces() {
+		rs := td.ResourceSpans()
+		for i := range rs.Len() {
+			pid, ok := rs.At(i).Resource().Attributes().Get("process.pid")
+			require.True(t, ok)
+			require.EqualValues(t, os.Getpid(), pid.Int())
+			spans := rs.At(i).ScopeSpans().At(0).Spans()
+			for j := range spans.Len() {
+				sp := spans.At(j)
+				require.Equal(t, "POST /v1/chat/completions", sp.Name())
+				require.Equal(t, ptrace.SpanKindServer, sp.Kind())
+				require.Equal(t, traceID, sp.TraceID().String())
+				require.Equal(t, parentID, sp.ParentSpanID().String())
+				a := sp.Attributes().AsRaw()
+				require.Equal(t, "POST", a["http.request.method"])
+				require.Equal(t, "/v1/chat/completions", a["url.path"])
+				require.EqualValues(t, 200, a["http.response.status_code"])
+				require.EqualValues(t, port, a["server.port"])
+				require.Equal(t, "127.0.0.1", a["client.address"])
+				require.Equal(t, "llama-3-8b", a["gen_ai.request.model"])
+				require.Equal(t, "http", a["tokenwire.stream.mode"])
+				require.Equal(t, "terminator", a["tokenwire.stream.end_reason"])
+				require.EqualValues(t, 10, a["tokenwire.stream.chunks"], "the [DONE] event ends the stream and is not a chunk")
+				ttft := a["gen_ai.response.time_to_first_chunk"].(float64)
+				require.InDelta(t, 0.050, ttft, 0.010)
+				require.Equal(t, 1, sp.Events().Len())
+				require.Equal(t, "first_chunk", sp.Events().At(0).Name())
+				require.Less(t, sp.StartTimestamp().AsTime(), sp.Events().At(0).Timestamp().AsTime())
+				require.Less(t, sp.Events().At(0).Timestamp().AsTime(), sp.EndTimestamp().AsTime())
+				require.WithinDuration(t, time.Now(), sp.EndTimestamp().AsTime(), 10*time.Second)
+			}
+		}
+	}
+
+	// Metrics: cumulative totals in the last emission.
+	md := metrics.AllMetrics()[len(metrics.AllMetrics())-1]
+	want := map[string]any{"server.port": int64(port), "http.request.method": "POST", "url.path": "/v1/chat/completions",
+		"gen_ai.request.model": "llama-3-8b", "tokenwire.stream.mode": "http"}
+	for _, name := range []string{"gen_ai.server.time_to_first_token", "gen_ai.server.request.duration"} {
+		count, points := histogramCount(md, name, want)
+		require.Equal(t, 1, points, name)
+		require.EqualValues(t, streams, count, name)
+	}
+	count, _ := histogramCount(md, "tokenwire.stream.chunk.interval", want)
+	require.EqualValues(t, streams*9, count, "9 intervals between 10 chunks, per stream")
+	chunks, _ := sumValue(md, "tokenwire.stream.chunks", want)
+	require.EqualValues(t, streams*10, chunks)
+	bytesSum, _ := sumValue(md, "tokenwire.stream.bytes", want)
+	require.Greater(t, bytesSum, int64(streams*10*40))
+	forEachMetric(md, "gen_ai.server.time_to_first_token", func(m pmetric.Metric) {
+		dp := m.Histogram().DataPoints().At(0)
+		require.InDelta(t, 0.050, dp.Min(), 0.010)
+		require.InDelta(t, 0.050, dp.Max(), 0.010)
+	})
+	// The stream metrics sit under the writing process's resource.
+	found := false
+	for i := range md.ResourceMetrics().Len() {
+		if pid, ok := md.ResourceMetrics().At(i).Resource().Attributes().Get("process.pid"); ok && pid.Int() == int64(os.Getpid()) {
+			found = true
+		}
+	}
+	require.True(t, found, "no resource with process.pid of the server")
+}
