@@ -1,0 +1,338 @@
+package stream
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+)
+
+// completed returns the END records of streams that got a response.
+func completed(streams map[ID][]Record) []Record {
+	var out []Record
+	for _, rs := range streams {
+		for _, r := range rs {
+			if r.Kind == KindEnd && r.Stats.HeadersTS != 0 {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// rawServer answers one request per connection the way simple Python
+// servers do: the status line and headers in one write, then each event in
+// its own write, then close (a close-delimited body).
+func rawServer(t *testing.T, think, interval time.Duration, events []string) (string, uint16, chan time.Duration) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	measured := make(chan time.Duration, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for { // read the request head
+					line, err := br.ReadString('\n')
+					if err != nil || line == "\r\n" {
+						break
+					}
+				}
+				start := time.Now()
+				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+				time.Sleep(think)
+				for i, ev := range events {
+					io.WriteString(c, ev)
+					if i == 0 {
+						measured <- time.Since(start)
+					}
+					time.Sleep(interval)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port), measured
+}
+
+func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
+	bpftest.Require(t)
+	events := []string{"data: a\n\n", "data: bb\n\n", "data: ccc\n\n", "data: dddd\n\n"}
+	addr, port, measured := rawServer(t, 60*time.Millisecond, 15*time.Millisecond, events)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	resp, err := http.Get("http://" + addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	think := <-measured
+
+	ends := completed(rec.ends(t, 1))
+	if len(ends) != 1 {
+		t.Fatalf("%d completed streams, want 1", len(ends))
+	}
+	s := ends[0].Stats
+	if s.Chunks != uint32(len(events)) {
+		t.Errorf("%d chunks, want %d (the headers-only write is not a chunk)", s.Chunks, len(events))
+	}
+	want := 0
+	for _, ev := range events {
+		want += len(ev)
+	}
+	if s.Bytes != uint64(want) {
+		t.Errorf("%d body bytes, want %d", s.Bytes, want)
+	}
+	ttfb, ttft := time.Duration(s.HeadersTS-s.RequestTS), time.Duration(s.FirstChunkTS-s.RequestTS)
+	t.Logf("TTFB %v, TTFT %v, server-measured headers->first event %v", ttfb, ttft, think)
+	if ttfb > 5*time.Millisecond {
+		t.Errorf("TTFB %v: the headers went out right after the request", ttfb)
+	}
+	if d := (ttft - ttfb - think).Abs(); d > 2*time.Millisecond {
+		t.Errorf("TTFT-TTFB %v vs server-measured %v", ttft-ttfb, think)
+	}
+	if ends[0].Reason != EndClose {
+		t.Errorf("end reason %v, want close (close-delimited body)", ends[0].Reason)
+	}
+}
+
+func TestLargeChunkIsOneChunk(t *testing.T) {
+	bpftest.Require(t)
+	big := strings.Repeat("x", 64<<10)
+	events := []string{"data: " + big + "\n\n", "data: small\n\n"}
+	addr, port, _ := rawServer(t, 10*time.Millisecond, 20*time.Millisecond, events)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ends := completed(rec.ends(t, 1))
+	if len(ends) != 1 {
+		t.Fatalf("%d completed streams, want 1", len(ends))
+	}
+	if s := ends[0].Stats; s.Chunks != 2 || s.Bytes != uint64(len(events[0])+len(events[1])) {
+		t.Fatalf("%d chunks, %d bytes; want 2 chunks, %d bytes", s.Chunks, s.Bytes, len(events[0])+len(events[1]))
+	}
+}
+
+func TestClientAbortEndsThePartialStream(t *testing.T) {
+	bpftest.Require(t)
+	srv := &sseServer{think: 10 * time.Millisecond, interval: 20 * time.Millisecond, events: 50}
+	addr, port := serve(t, srv)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	conn, err := net.Dial("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(conn)
+	seen := 0
+	for seen < 3 { // read three events, then hang up
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			seen++
+		}
+	}
+	conn.Close()
+	ends := completed(rec.ends(t, 1))
+	if len(ends) != 1 {
+		t.Fatalf("%d completed streams, want 1", len(ends))
+	}
+	e := ends[0]
+	t.Logf("ended by %v after %d chunks", e.Reason, e.Stats.Chunks)
+	if e.Reason != EndClientClosed && e.Reason != EndReset {
+		t.Errorf("end reason %v, want client_closed or reset", e.Reason)
+	}
+	if e.Stats.Chunks < 3 || e.Stats.Chunks >= 50 {
+		t.Errorf("%d chunks: want the partial count (3 or a few more in flight)", e.Stats.Chunks)
+	}
+}
+
+func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
+	bpftest.Require(t)
+	srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 4}
+	addr, port := serve(t, srv)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	for range 3 {
+		resp, err := client.Post("http://"+addr+"/", "application/json", bytes.NewBufferString("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	ends := completed(rec.ends(t, 3))
+	if len(ends) != 3 {
+		t.Fatalf("%d completed streams, want 3", len(ends))
+	}
+	socks := map[uint64]bool{}
+	seqs := map[uint32]bool{}
+	for _, e := range ends {
+		socks[e.ID.Sock] = true
+		seqs[e.ID.Seq] = true
+		if e.Stats.Chunks != 4 || e.Reason != EndTerminator {
+			t.Errorf("stream %+v: %d chunks, end %v; want 4, terminator", e.ID, e.Stats.Chunks, e.Reason)
+		}
+	}
+	if len(socks) != 1 || len(seqs) != 3 {
+		t.Errorf("%d sockets, %d sequence numbers; want 1 socket carrying 3 streams", len(socks), len(seqs))
+	}
+}
+
+func TestConcurrentStreamsAllReported(t *testing.T) {
+	bpftest.Require(t)
+	const n, events = 200, 10
+	srv := &sseServer{think: 20 * time.Millisecond, interval: 20 * time.Millisecond, events: events}
+	addr, port := serve(t, srv)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: n, MaxIdleConnsPerHost: n}}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Get("http://" + addr + "/")
+			if err != nil {
+				errs <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ends := completed(rec.ends(t, n))
+	if len(ends) != n {
+		t.Fatalf("%d completed streams, want %d", len(ends), n)
+	}
+	var wantBytes uint64
+	for _, sz := range srv.sizes[0] {
+		wantBytes += uint64(sz)
+	}
+	wantBytes += 5
+	for _, e := range ends {
+		if e.Stats.Chunks != events || e.Stats.Bytes != wantBytes || e.Reason != EndTerminator {
+			t.Fatalf("stream %+v: %d chunks, %d bytes, end %v; want %d, %d, terminator", e.ID, e.Stats.Chunks, e.Stats.Bytes, e.Reason, events, wantBytes)
+		}
+	}
+	c, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RecordsLost != 0 {
+		t.Fatalf("%d records lost", c.RecordsLost)
+	}
+}
+
+func TestSocketStateIsRemovedOnClose(t *testing.T) {
+	bpftest.Require(t)
+	srv := &sseServer{think: time.Millisecond, interval: time.Millisecond, events: 2}
+	addr, port := serve(t, srv)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	for range 20 {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	rec.ends(t, 20)
+	var left int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if left, err = tr.Sockets(); err != nil || left == 0 {
+			break
+		}
+	}
+	if left != 0 {
+		t.Fatalf("%d sockets still tracked after every connection closed", left)
+	}
+}
+
+func TestDecodeAllocatesNothing(t *testing.T) {
+	raw := make([]byte, statsSize)
+	raw[12] = byte(KindProgress)
+	var rec Record
+	if n := testing.AllocsPerRun(1000, func() { _ = Decode(raw, &rec) }); n != 0 {
+		t.Fatalf("Decode allocates %v times per record", n)
+	}
+	raw = make([]byte, payloadSize)
+	raw[12] = byte(KindRequest)
+	if n := testing.AllocsPerRun(1000, func() { _ = Decode(raw, &rec) }); n != 0 {
+		t.Fatalf("Decode allocates %v times per payload record", n)
+	}
+	if err := Decode(raw[:10], &rec); err == nil {
+		t.Fatal("Decode accepted a short record")
+	}
+	raw[12] = 99
+	if err := Decode(raw, &rec); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("Decode of an unknown kind: %v", err)
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, kind := range []Kind{KindProgress, KindRequest} {
+		b.Run(fmt.Sprint(kind), func(b *testing.B) {
+			raw := make([]byte, payloadSize)
+			raw[12] = byte(kind)
+			var rec Record
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := Decode(raw, &rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
