@@ -166,10 +166,11 @@ type Response struct {
 }
 
 // Streamed reports whether the response is delivered in pieces: SSE,
-// chunked or newline-delimited JSON. A response with only a Content-Length
-// is not a stream.
+// chunked or newline-delimited JSON. A response with a Content-Length, or
+// a close-delimited body of another type (Go's and many servers' error
+// pages), is not a stream.
 func (r Response) Streamed() bool {
-	return r.EventStream || r.Chunked || r.NDJSON || r.ContentLength < 0
+	return r.EventStream || r.Chunked || r.NDJSON
 }
 
 // ParseResponse reads the head of a response. ok is false when b does not

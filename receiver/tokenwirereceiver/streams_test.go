@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,4 +155,106 @@ func TestStreamMetricsAndSpans(t *testing.T) {
 		}
 	}
 	require.True(t, found, "no resource with process.pid of the server")
+}
+
+// TestBadInputOnAWatchedPort sends what a stream probe must survive: random
+// bytes, truncated request lines, a 1 MiB header, a request with no body and
+// a plain (not streamed) response. None of it is a stream: no TTFT, no span;
+// each is counted as a skipped response.
+func TestBadInputOnAWatchedPort(t *testing.T) {
+	bpftest.Require(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"status":"ok"}`) // Content-Length: a plain response
+	}), MaxHeaderBytes: 1 << 20}
+	go srv.Serve(ln)
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 100 * time.Millisecond
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	s := start(t, cfg)
+
+	send := func(payload []byte) {
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		c.Write(payload)
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c)
+	}
+	random := make([]byte, 4096)
+	for i := range random {
+		random[i] = byte(i*7919 + i>>3) // deterministic noise
+	}
+	send(random)
+	send([]byte("POST /v1/chat/compl"))
+	send([]byte("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1<<20) + "\r\n\r\n"))
+	send([]byte("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	send([]byte("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+
+	time.Sleep(300 * time.Millisecond)
+	s.shutdown()
+	md := lastEmission(s.metrics)
+	count, _ := histogramCount(md, "gen_ai.server.time_to_first_token", map[string]any{})
+	require.Zero(t, count, "bad input or plain responses produced a TTFT")
+	chunks, _ := sumValue(md, "tokenwire.stream.chunks", map[string]any{})
+	require.Zero(t, chunks)
+}
+
+// TestOpaqueProtocol runs a line-based echo protocol (not HTTP) on a
+// watched port: it is reported as an opaque stream, every reply write a
+// chunk, with exact bytes.
+func TestOpaqueProtocol(t *testing.T) {
+	bpftest.Require(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64)
+				n, _ := c.Read(buf)
+				for i := range 5 { // five replies, 10 ms apart
+					fmt.Fprintf(c, "reply %d to %s\n", i, bytes.TrimSpace(buf[:n]))
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 100 * time.Millisecond
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	s := start(t, cfg)
+
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	require.NoError(t, err)
+	io.WriteString(c, "\x01\x02ping\n")
+	got, _ := io.ReadAll(c)
+	c.Close()
+	time.Sleep(200 * time.Millisecond)
+	s.shutdown()
+
+	md := lastEmission(s.metrics)
+	opaque := map[string]any{"server.port": int64(port), "tokenwire.stream.mode": "opaque", "http.request.method": ""}
+	count, points := histogramCount(md, "gen_ai.server.time_to_first_token", opaque)
+	require.Equal(t, 1, points)
+	require.EqualValues(t, 1, count)
+	chunks, _ := sumValue(md, "tokenwire.stream.chunks", opaque)
+	require.EqualValues(t, 5, chunks)
+	b, _ := sumValue(md, "tokenwire.stream.bytes", opaque)
+	require.EqualValues(t, len(got), b)
 }
