@@ -50,4 +50,53 @@ enum tw_counter {
 	TW_COUNTER_MAX,
 };
 
+/* ===================================================================== *
+ * XDP filter (xdp_filter.bpf.c, internal/xdp)
+ * ===================================================================== */
+
+/* What the filter did with a frame. The values are those of the kernel's
+ * enum xdp_action, so a verdict's action is the program's return value. */
+enum tw_xdp_action {
+	TW_XDP_ACTION_ABORTED = 0, /* never returned; keeps the values aligned */
+	TW_XDP_ACTION_DROP = 1,    /* XDP_DROP */
+	TW_XDP_ACTION_PASS = 2,    /* XDP_PASS */
+	TW_XDP_ACTION_MAX,
+};
+
+/* Why the filter did it. */
+enum tw_xdp_reason {
+	TW_XDP_REASON_NONE = 0,  /* passed: nothing wrong with it */
+	TW_XDP_REASON_BLOCKLIST, /* source address in the blocklist */
+	TW_XDP_REASON_MALFORMED, /* headers truncated or inconsistent */
+	TW_XDP_REASON_MAX,
+};
+
+/* Key of the per-CPU counter array: slot = action * TW_XDP_REASON_MAX +
+ * reason, so each (action, reason) pair has its own slot and the hot path
+ * needs no hashing. TW_XDP_COUNTER_SLOTS is the array's size. Go computes
+ * the same slot (internal/xdp counterSlot); the table tests prove the two
+ * agree because they assert exact deltas per (action, reason). */
+enum tw_xdp_counter_slot {
+	TW_XDP_COUNTER_SLOTS = TW_XDP_ACTION_MAX * TW_XDP_REASON_MAX,
+};
+
+/* Value of a counter slot, one per CPU: frames and their bytes (the frame
+ * as XDP sees it, from the Ethernet header to the end, without FCS). */
+struct tw_xdp_counter_value {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Keys of the blocklist LPM tries: prefix length in bits, then the
+ * address in network byte order (the layout BPF_MAP_TYPE_LPM_TRIE wants). */
+struct tw_xdp_lpm4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct tw_xdp_lpm6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
 #endif

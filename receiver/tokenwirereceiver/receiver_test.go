@@ -3,8 +3,8 @@ package tokenwirereceiver
 import (
 	"context"
 	"errors"
-	"slices"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
