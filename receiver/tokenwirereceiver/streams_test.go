@@ -258,3 +258,48 @@ func TestOpaqueProtocol(t *testing.T) {
 	b, _ := sumValue(md, "tokenwire.stream.bytes", opaque)
 	require.EqualValues(t, len(got), b)
 }
+
+// TestLongStreamShowsIntervalsBeforeItEnds checks that a stream longer than
+// the collection interval reaches the metrics while it is still running.
+func TestLongStreamShowsIntervalsBeforeItEnds(t *testing.T) {
+	bpftest.Require(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: sseHandler{think: 10 * time.Millisecond, interval: 20 * time.Millisecond, events: 60}} // ~1.2 s
+	go srv.Serve(ln)
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 200 * time.Millisecond
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	s := start(t, cfg)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get("http://" + ln.Addr().String() + "/")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	// Within the first half of the stream: TTFT and some intervals are out,
+	// the duration (known only at the end) is not.
+	time.Sleep(600 * time.Millisecond)
+	md := lastEmission(s.metrics)
+	ttft, _ := histogramCount(md, "gen_ai.server.time_to_first_token", map[string]any{"server.port": int64(port)})
+	intervals, _ := histogramCount(md, "tokenwire.stream.chunk.interval", map[string]any{"server.port": int64(port)})
+	duration, _ := histogramCount(md, "gen_ai.server.request.duration", map[string]any{"server.port": int64(port)})
+	select {
+	case <-done:
+		t.Fatal("the stream ended before the check: the test proves nothing")
+	default:
+	}
+	require.EqualValues(t, 1, ttft)
+	require.Greater(t, intervals, uint64(5))
+	require.Zero(t, duration)
+	<-done
+}
