@@ -35,6 +35,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define ECONNRESET 104
 #define EPIPE 32
 
+/* RD reads ptr->field directly when ptr is a BTF-typed argument (tp_btf:
+ * one load, fault-guarded by the JIT) and through bpf_probe_read_kernel
+ * otherwise. typed is a constant in every caller, so after inlining the
+ * compiler keeps only one branch and the verifier never sees the other. */
+#define RD(typed, ptr, field) ((typed) ? (ptr)->field : BPF_CORE_READ(ptr, field))
+
 /* Configuration, set before load (.rodata: the verifier prunes by it). */
 const volatile __u64 coalesce_ns = 500000;    /* writes closer than this are one chunk */
 const volatile __u64 flush_ns = 1000000000;   /* PROGRESS at most this often per stream */
@@ -56,7 +62,7 @@ struct stream_state {
 	__u32 pid;
 	__u32 req_captured; /* request bytes read by the application so far */
 	__u32 _pad;
-	__u32 hdr_len;      /* header length of the first write, if found */
+	__u32 head_bytes;   /* http mode: bytes of the first write */
 	__u32 gap_counts[TW_GAP_BUCKETS];
 	__u8 state;         /* enum tw_stream_state */
 	__u8 in_write;      /* a write's peek ran, its byte count is pending */
@@ -117,6 +123,14 @@ static __always_inline int port_watched(__u16 port)
 	return v && *v;
 }
 
+/* watched_sock is the first test of every hook: one field load and one
+ * array lookup turn away the sockets of every other port on the host
+ * before the per-socket hash is touched. */
+static __always_inline int watched_sock(const struct sock *sk, const int typed)
+{
+	return port_watched(RD(typed, sk, __sk_common.skc_num));
+}
+
 static __always_inline void fill_endpoints(struct stream_stats *r, const struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
@@ -156,7 +170,7 @@ static __always_inline void emit_stats(const struct sock *sk, struct stream_stat
 	r->gap_max_ns = st->gap_max_ns;
 	r->chunks = st->chunks;
 	r->pid = st->pid;
-	r->_pad = 0;
+	r->head_bytes = st->head_bytes;
 	r->_pad2 = 0;
 	for (int i = 0; i < TW_GAP_BUCKETS; i++) {
 		r->gap_counts[i] = st->gap_counts[i];
@@ -259,9 +273,9 @@ static __always_inline void capture_request(const struct sock *sk, struct stream
 	st->req_captured += ret;
 }
 
-static __always_inline int on_recv_length(const struct sock *sk, int ret)
+static __always_inline int on_recv_length(const struct sock *sk, int ret, const int typed)
 {
-	if (ret <= 0)
+	if (ret <= 0 || !watched_sock(sk, typed))
 		return 0;
 	__u64 key = (__u64)sk;
 	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
@@ -271,16 +285,14 @@ static __always_inline int on_recv_length(const struct sock *sk, int ret)
 	return 0;
 }
 
-static __always_inline int on_data_ready(const struct sock *sk)
+static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 {
-	if (!port_watched(BPF_CORE_READ(sk, __sk_common.skc_num)))
-		return 0;
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (!watched_sock(sk, typed) || RD(typed, sk, sk_protocol) != IPPROTO_TCP)
 		return 0;
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	/* Only new bytes make a request (not a FIN or a pure ACK). */
-	__u32 copied = BPF_CORE_READ(tp, copied_seq);
-	if (BPF_CORE_READ(tp, rcv_nxt) == copied)
+	/* Only new bytes make a request (not a FIN or a pure ACK). tcp_sock
+	 * fields go through probe reads: the typed argument is a struct sock. */
+	if (BPF_CORE_READ(tp, rcv_nxt) == BPF_CORE_READ(tp, copied_seq))
 		return 0;
 
 	__u64 key = (__u64)sk;
@@ -311,7 +323,7 @@ static __always_inline int on_data_ready(const struct sock *sk)
 		st->gap_max_ns = 0;
 		st->chunks = 0;
 		st->req_captured = 0;
-		st->hdr_len = 0;
+		st->head_bytes = 0;
 		st->resp_flags = 0;
 		for (int i = 0; i < TW_GAP_BUCKETS; i++)
 			st->gap_counts[i] = 0;
@@ -323,18 +335,19 @@ static __always_inline int on_data_ready(const struct sock *sk)
 /* ---- write side: peek ---- */
 
 /* user_span returns the user buffer a write starts with and its length. */
-static __always_inline int write_buffer(const struct msghdr *msg, const void **base, __u64 *len)
+static __always_inline int write_buffer(const struct msghdr *msg, const void **base, __u64 *len,
+					const int typed)
 {
-	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
-	__u64 count = BPF_CORE_READ(msg, msg_iter.count);
-	__u64 off = BPF_CORE_READ(msg, msg_iter.iov_offset);
+	__u8 type = RD(typed, msg, msg_iter.iter_type);
+	__u64 count = RD(typed, msg, msg_iter.count);
+	__u64 off = RD(typed, msg, msg_iter.iov_offset);
 	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
-		*base = BPF_CORE_READ(msg, msg_iter.ubuf) + off;
+		*base = RD(typed, msg, msg_iter.ubuf) + off;
 		*len = count;
 		return 0;
 	}
 	if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
-		const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
+		const struct iovec *iov = RD(typed, msg, msg_iter.__iov);
 		struct iovec first;
 		if (bpf_probe_read_kernel(&first, sizeof(first), iov))
 			return -1;
@@ -347,16 +360,16 @@ static __always_inline int write_buffer(const struct msghdr *msg, const void **b
 
 /* last_bytes reads the final 8 bytes of a write (zero-padded in front when
  * the write is shorter), for the chunked-encoding terminator. */
-static __always_inline int last_bytes(const struct msghdr *msg, __u8 out[8])
+static __always_inline int last_bytes(const struct msghdr *msg, __u8 out[8], const int typed)
 {
-	__u8 type = BPF_CORE_READ(msg, msg_iter.iter_type);
-	__u64 count = BPF_CORE_READ(msg, msg_iter.count);
+	__u8 type = RD(typed, msg, msg_iter.iter_type);
+	__u64 count = RD(typed, msg, msg_iter.count);
 	const __u8 *end;
 	if (type == bpf_core_enum_value(enum iter_type, ITER_UBUF)) {
-		end = BPF_CORE_READ(msg, msg_iter.ubuf) + BPF_CORE_READ(msg, msg_iter.iov_offset) + count;
+		end = RD(typed, msg, msg_iter.ubuf) + RD(typed, msg, msg_iter.iov_offset) + count;
 	} else if (type == bpf_core_enum_value(enum iter_type, ITER_IOVEC)) {
-		const struct iovec *iov = BPF_CORE_READ(msg, msg_iter.__iov);
-		__u64 nr = BPF_CORE_READ(msg, msg_iter.nr_segs);
+		const struct iovec *iov = RD(typed, msg, msg_iter.__iov);
+		__u64 nr = RD(typed, msg, msg_iter.nr_segs);
 		struct iovec last;
 		if (nr == 0 || nr > 1024 || bpf_probe_read_kernel(&last, sizeof(last), iov + (nr - 1)))
 			return -1;
@@ -395,11 +408,11 @@ static __always_inline int is_done_event(const void *base, __u64 len)
 /* peek_response sends the head of the response's first write to user
  * space and finds where its headers end. */
 static __always_inline void peek_response(const struct sock *sk, struct stream_state *st,
-					  const struct msghdr *msg)
+					  const struct msghdr *msg, const int typed)
 {
 	const void *base;
 	__u64 len;
-	if (write_buffer(msg, &base, &len))
+	if (write_buffer(msg, &base, &len, typed))
 		return;
 	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
 	if (!r) {
@@ -411,31 +424,20 @@ static __always_inline void peek_response(const struct sock *sk, struct stream_s
 		bpf_ringbuf_discard(r, 0);
 		return;
 	}
+	/* Only the status line's prefix is checked here: finding where the
+	 * headers end is left to user space, which parses this head anyway. */
 	__u8 flags = 0;
-	__u32 hdr = 0;
 	if (n >= 8 && r->data[0] == 'H' && r->data[1] == 'T' && r->data[2] == 'T' && r->data[3] == 'P' &&
-	    r->data[4] == '/' && r->data[5] == '1' && r->data[6] == '.') {
-		flags |= TW_RESP_HTTP;
-		for (__u32 i = 3; i < TW_PEEK_MAX; i++) {
-			if (i >= n)
-				break;
-			if (r->data[i] == '\n' && r->data[i - 1] == '\r' && r->data[i - 2] == '\n' &&
-			    r->data[i - 3] == '\r') {
-				hdr = i + 1;
-				flags |= TW_RESP_HEAD_FOUND;
-				break;
-			}
-		}
-	}
+	    r->data[4] == '/' && r->data[5] == '1' && r->data[6] == '.')
+		flags = TW_RESP_HTTP;
 	st->resp_flags = flags;
-	st->hdr_len = hdr;
 	r->id.sock = (__u64)sk;
 	r->id.seq = st->seq;
 	r->id.kind = TW_REC_RESPONSE;
 	r->id.reason = flags;
 	r->id.len = n;
 	r->ts_ns = bpf_ktime_get_ns();
-	r->offset = hdr;
+	r->offset = 0;
 	r->total = len;
 	r->pid = bpf_get_current_pid_tgid() >> 32;
 	r->_pad = 0;
@@ -443,8 +445,10 @@ static __always_inline void peek_response(const struct sock *sk, struct stream_s
 	bpf_ringbuf_submit(r, 0);
 }
 
-static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr *msg)
+static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr *msg, const int typed)
 {
+	if (!watched_sock(sk, typed))
+		return 0;
 	__u64 key = (__u64)sk;
 	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
 	if (!st || st->in_write || st->state == TW_ST_IDLE)
@@ -452,31 +456,39 @@ static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr
 	st->in_write = 1;
 	st->write_flags = WRITE_PEEKED;
 	if (st->state == TW_ST_REQUEST) {
-		peek_response(sk, st, msg);
+		peek_response(sk, st, msg, typed);
 		return 0;
 	}
 	__u8 tail[8];
-	if (last_bytes(msg, tail) == 0 && is_terminator(tail)) {
+	if (last_bytes(msg, tail, typed) == 0 && is_terminator(tail)) {
 		st->write_flags |= WRITE_TERMINATOR;
 		return 0;
 	}
 	const void *base;
 	__u64 len;
-	if (write_buffer(msg, &base, &len) == 0 && is_done_event(base, len))
+	if (write_buffer(msg, &base, &len, typed) == 0 && is_done_event(base, len))
 		st->write_flags |= WRITE_TERMINATOR;
 	return 0;
 }
 
 /* ---- write side: accounting ---- */
 
+/* gap_bucket returns the index of the first bound >= gap (16: none), by
+ * binary search: 5 comparisons instead of up to 16. */
 static __always_inline __u32 gap_bucket(__u64 gap)
 {
-	__u32 i = 0;
-	for (; i < TW_GAP_BUCKETS - 1; i++) {
-		if (gap <= gap_bounds_ns[i])
-			break;
-	}
-	return i;
+	__u32 lo = 0;
+	if (gap > gap_bounds_ns[7])
+		lo = 8;
+	if (gap > gap_bounds_ns[(lo + 3) & 15])
+		lo += 4;
+	if (gap > gap_bounds_ns[(lo + 1) & 15])
+		lo += 2;
+	if (gap > gap_bounds_ns[lo & 15])
+		lo += 1;
+	if (lo == 15 && gap > gap_bounds_ns[15])
+		lo = 16; /* the overflow bucket */
+	return lo;
 }
 
 static __always_inline void chunk(const struct sock *sk, struct stream_state *st, __u64 n, __u64 now)
@@ -525,8 +537,10 @@ static __always_inline void chunk(const struct sock *sk, struct stream_state *st
 		emit_stats(sk, st, TW_REC_PROGRESS, 0, now);
 }
 
-static __always_inline int on_send_length(const struct sock *sk, int ret)
+static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed)
 {
+	if (!watched_sock(sk, typed))
+		return 0;
 	__u64 key = (__u64)sk;
 	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
 	if (!st)
@@ -545,8 +559,9 @@ static __always_inline int on_send_length(const struct sock *sk, int ret)
 			chunk(sk, st, ret, now); /* opaque: every write is a chunk */
 			return 0;
 		}
-		if ((st->resp_flags & TW_RESP_HEAD_FOUND) && st->hdr_len < (__u32)ret)
-			chunk(sk, st, ret - st->hdr_len, now); /* body came with the headers */
+		/* http: the head write is not a chunk here; any body bytes it
+		 * carried are credited in user space from head_bytes. */
+		st->head_bytes = ret;
 		return 0;
 	}
 	if (flags & WRITE_TERMINATOR) {
@@ -560,8 +575,11 @@ static __always_inline int on_send_length(const struct sock *sk, int ret)
 
 /* ---- connection state ---- */
 
-static __always_inline int on_state(const struct sock *sk, int oldstate, int newstate)
+static __always_inline int on_state(const struct sock *sk, int oldstate, int newstate, const int typed)
 {
+	/* No port test here: on the way to TIME_WAIT the socket can lose its
+	 * port before it reaches CLOSE. State changes are rare; the hash
+	 * lookup is affordable. */
 	if (newstate != TCP_CLOSE && newstate != TCP_CLOSE_WAIT && newstate != TCP_FIN_WAIT1)
 		return 0;
 	__u64 key = (__u64)sk;
@@ -588,19 +606,19 @@ static __always_inline int on_state(const struct sock *sk, int oldstate, int new
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(tw_st_ready_btf, const struct sock *sk)
 {
-	return on_data_ready(sk);
+	return on_data_ready(sk, 1);
 }
 
 SEC("raw_tracepoint/sk_data_ready")
 int tw_st_ready_raw(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_data_ready((const struct sock *)ctx->args[0]);
+	return on_data_ready((const struct sock *)ctx->args[0], 0);
 }
 
 SEC("tracepoint/sock/sk_data_ready")
 int tw_st_ready_tp(struct trace_event_raw_sk_data_ready *ctx)
 {
-	return on_data_ready((const struct sock *)ctx->skaddr);
+	return on_data_ready((const struct sock *)ctx->skaddr, 0);
 }
 
 /* Only the BTF-typed variant can name the reader's buffer (it needs
@@ -608,53 +626,53 @@ int tw_st_ready_tp(struct trace_event_raw_sk_data_ready *ctx)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(tw_st_recv_btf, struct sock *sk, int ret)
 {
-	return on_recv_length(sk, ret);
+	return on_recv_length(sk, ret, 1);
 }
 
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(tw_st_peek_btf, const struct sock *sk, const struct msghdr *msg)
 {
-	return on_sendmsg(sk, msg);
+	return on_sendmsg(sk, msg, 1);
 }
 
 SEC("raw_tracepoint/tcp_sendmsg_locked")
 int tw_st_peek_raw(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_sendmsg((const struct sock *)ctx->args[0], (const struct msghdr *)ctx->args[1]);
+	return on_sendmsg((const struct sock *)ctx->args[0], (const struct msghdr *)ctx->args[1], 0);
 }
 
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(tw_st_sent_btf, struct sock *sk, int ret)
 {
-	return on_send_length(sk, ret);
+	return on_send_length(sk, ret, 1);
 }
 
 SEC("raw_tracepoint/sock_send_length")
 int tw_st_sent_raw(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1]);
+	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1], 0);
 }
 
 SEC("tracepoint/sock/sock_send_length")
 int tw_st_sent_tp(struct trace_event_raw_sock_msg_length *ctx)
 {
-	return on_send_length((const struct sock *)ctx->sk, ctx->ret);
+	return on_send_length((const struct sock *)ctx->sk, ctx->ret, 0);
 }
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(tw_st_state_btf, const struct sock *sk, int oldstate, int newstate)
 {
-	return on_state(sk, oldstate, newstate);
+	return on_state(sk, oldstate, newstate, 1);
 }
 
 SEC("raw_tracepoint/inet_sock_set_state")
 int tw_st_state_raw(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_state((const struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2]);
+	return on_state((const struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2], 0);
 }
 
 SEC("tracepoint/sock/inet_sock_set_state")
 int tw_st_state_tp(struct trace_event_raw_inet_sock_set_state *ctx)
 {
-	return on_state((const struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate);
+	return on_state((const struct sock *)ctx->skaddr, ctx->oldstate, ctx->newstate, 0);
 }

@@ -36,8 +36,7 @@ enum tw_end_reason {
 
 /* Flags of a response record. */
 enum tw_response_flag {
-	TW_RESP_HTTP = 1 << 0,        /* the write starts with "HTTP/1." */
-	TW_RESP_HEAD_FOUND = 1 << 1,  /* the header end was within the peeked bytes */
+	TW_RESP_HTTP = 1 << 0, /* the write starts with "HTTP/1." */
 };
 
 /* Identifies a stream: the socket and the request's number on it. */
@@ -53,8 +52,8 @@ struct stream_key {
 struct stream_payload {
 	struct stream_key id;
 	__u64 ts_ns;
-	__u32 offset; /* REQUEST: offset of data in the request; RESPONSE: header length */
-	__u32 total;  /* REQUEST: bytes of the segment; RESPONSE: bytes of the write */
+	__u32 offset; /* REQUEST: offset of data in the request */
+	__u32 total;  /* REQUEST: bytes read; RESPONSE: bytes of the write */
 	__u32 pid;    /* RESPONSE: the writing process (tgid) */
 	__u32 _pad;
 	char comm[16];
@@ -75,7 +74,9 @@ struct stream_stats {
 	__u32 chunks;         /* body chunks so far */
 	__u32 pid;
 	__u32 gap_counts[TW_GAP_BUCKETS]; /* chunk intervals since the previous PROGRESS */
-	__u32 _pad;
+	/* http mode: bytes of the first write (status line, headers and maybe
+	 * the first body bytes; user space splits them, see stream.Stats). */
+	__u32 head_bytes;
 	__u8 saddr[16];       /* server (local) address */
 	__u8 daddr[16];       /* client address */
 	__u16 sport;          /* server port, host order */

@@ -50,7 +50,7 @@ type StreamStreamState struct {
 	Pid          uint32
 	ReqCaptured  uint32
 	Pad          uint32
-	HdrLen       uint32
+	HeadBytes    uint32
 	GapCounts    [17]uint32
 	State        uint8
 	InWrite      uint8
@@ -72,7 +72,7 @@ type StreamStreamStats struct {
 	Chunks       uint32
 	Pid          uint32
 	GapCounts    [17]uint32
-	Pad          uint32
+	HeadBytes    uint32
 	Saddr        [16]uint8
 	Daddr        [16]uint8
 	Sport        uint16
@@ -96,8 +96,7 @@ const (
 type StreamTwResponseFlag uint32
 
 const (
-	StreamTwResponseFlagTW_RESP_HTTP       StreamTwResponseFlag = 1
-	StreamTwResponseFlagTW_RESP_HEAD_FOUND StreamTwResponseFlag = 2
+	StreamTwResponseFlagTW_RESP_HTTP StreamTwResponseFlag = 1
 )
 
 type StreamTwStreamCounter uint32

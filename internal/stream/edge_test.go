@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/hook"
 )
 
 // completed returns the END records of streams that got a response.
@@ -54,8 +55,8 @@ func rawServer(t *testing.T, think, interval time.Duration, events []string) (st
 						break
 					}
 				}
-				start := time.Now()
 				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+				start := time.Now() // what the kernel sees: head written -> first event written
 				time.Sleep(think)
 				for i, ev := range events {
 					io.WriteString(c, ev)
@@ -142,7 +143,7 @@ func TestLargeChunkIsOneChunk(t *testing.T) {
 
 func TestClientAbortEndsThePartialStream(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: 10 * time.Millisecond, interval: 20 * time.Millisecond, events: 50}
+	srv := &sseServer{think: 10 * time.Millisecond, interval: 20 * time.Millisecond, events: 50, headersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -182,7 +183,7 @@ func TestClientAbortEndsThePartialStream(t *testing.T) {
 
 func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 4}
+	srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 4, headersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -219,7 +220,7 @@ func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 func TestConcurrentStreamsAllReported(t *testing.T) {
 	bpftest.Require(t)
 	const n, events = 200, 10
-	srv := &sseServer{think: 20 * time.Millisecond, interval: 20 * time.Millisecond, events: events}
+	srv := &sseServer{think: 20 * time.Millisecond, interval: 20 * time.Millisecond, events: events, headersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -272,7 +273,7 @@ func TestConcurrentStreamsAllReported(t *testing.T) {
 
 func TestSocketStateIsRemovedOnClose(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: time.Millisecond, interval: time.Millisecond, events: 2}
+	srv := &sseServer{think: time.Millisecond, interval: time.Millisecond, events: 2, headersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -332,6 +333,59 @@ func BenchmarkDecode(b *testing.B) {
 				if err := Decode(raw, &rec); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// TestEveryHookType runs one stream with each hook type on its own. The
+// BTF-typed and raw tracepoints read the payload (http mode); with classic
+// tracepoints alone the write peek cannot attach and the stream is opaque:
+// every write, the head included, is a chunk.
+func TestEveryHookType(t *testing.T) {
+	bpftest.RequireTracefs(t)
+	for _, k := range []hook.Kind{hook.TPBTF, hook.RawTracepoint, hook.Tracepoint} {
+		t.Run(string(k), func(t *testing.T) {
+			srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 5, headersFirst: true}
+			addr, port := serve(t, srv)
+			cfg := testConfig(port)
+			cfg.HookOrder = []hook.Kind{k}
+			tr, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range tr.HookPoints() {
+				t.Logf("%s: %s", p.Name, p.Choice.Summary())
+			}
+			rec := record(t, tr)
+			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			resp, err := client.Get("http://" + addr + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			streams := rec.ends(t, 1)
+			ends := completed(streams)
+			if len(ends) != 1 {
+				t.Fatalf("%d completed streams, want 1", len(ends))
+			}
+			e := ends[0]
+			var http bool
+			for _, r := range streams[e.ID] {
+				http = http || (r.Kind == KindResponse && r.Flags&RespHTTP != 0)
+			}
+			wantChunks, wantReason := uint32(5), EndTerminator
+			if k == hook.Tracepoint {
+				// No peek: head and terminator are chunks too, and the
+				// stream ends with the connection (whichever side first).
+				wantChunks, wantReason = 7, EndClose
+				if e.Reason == EndClientClosed {
+					wantReason = EndClientClosed
+				}
+			}
+			if http != (k != hook.Tracepoint) || e.Stats.Chunks != wantChunks || e.Reason != wantReason {
+				t.Fatalf("http mode %v, %d chunks, end %v; want http %v, %d, %v", http, e.Stats.Chunks, e.Reason, k != hook.Tracepoint, wantChunks, wantReason)
 			}
 		})
 	}

@@ -100,11 +100,8 @@ func (r EndReason) String() string {
 	return "unknown"
 }
 
-// Response flags.
-const (
-	RespHTTP      = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
-	RespHeadFound = uint8(bpf.StreamTwResponseFlagTW_RESP_HEAD_FOUND)
-)
+// RespHTTP flags a response whose first write starts with "HTTP/1.".
+const RespHTTP = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
 
 // ID identifies a stream: its socket and the request's number on it.
 type ID struct {
@@ -120,11 +117,11 @@ type Record struct {
 
 	// Request and Response.
 	TS     uint64 // kernel monotonic ns
-	Offset uint32 // Request: offset in the request; Response: header length (0: not found)
-	Total  uint32 // Request: segment bytes; Response: bytes of the first write
+	Offset uint32 // Request: offset in the request
+	Total  uint32 // Request: bytes read; Response: bytes of the first write
 	PID    uint32
 	Comm   [16]byte
-	Flags  uint8 // Response: RespHTTP, RespHeadFound
+	Flags  uint8 // Response: RespHTTP
 	Data   []byte
 
 	// Progress, End and Chunk.
@@ -137,6 +134,11 @@ type Record struct {
 
 // Stats is a stream's state as of a Progress, End or Chunk record. All
 // times are kernel monotonic ns; zero means "not yet".
+//
+// In http mode the kernel does not count the response's first write (the
+// head) as a chunk: it reports its size in HeadBytes, and FirstChunkTS is
+// the first write after it. When the head also carried body bytes (a server
+// that sends headers and the first event together), HeadBody folds them in.
 type Stats struct {
 	RequestTS    uint64
 	HeadersTS    uint64
@@ -151,7 +153,18 @@ type Stats struct {
 	// GapCounts counts chunk intervals per bucket since the previous
 	// Progress record of the stream.
 	GapCounts     [GapBuckets]uint32
+	HeadBytes     uint32
 	Local, Remote netip.AddrPort
+}
+
+// HeadBody returns how many body bytes the response's first write carried,
+// given the header length found in the response head (0: not found, so
+// the write is taken as headers only).
+func (s *Stats) HeadBody(headerLen int) uint32 {
+	if headerLen <= 0 || uint32(headerLen) >= s.HeadBytes {
+		return 0
+	}
+	return s.HeadBytes - uint32(headerLen)
 }
 
 // Counters are kernel-side counters summed over CPUs.
@@ -283,6 +296,18 @@ func boolByte(b bool) uint8 {
 	return 0
 }
 
+// Programs returns the attached programs by hook point, for measuring
+// their cost (ebpf.Program.Stats).
+func (t *Tracer) Programs() map[string]*ebpf.Program {
+	out := map[string]*ebpf.Program{}
+	for _, p := range t.points {
+		if a, ok := p.Choice.Closer.(*probe.Attached); ok {
+			out[p.Name] = a.Program
+		}
+	}
+	return out
+}
+
 // HookPoints reports what attached where.
 func (t *Tracer) HookPoints() []HookPoint { return t.points }
 
@@ -336,7 +361,7 @@ func Decode(raw []byte, rec *Record) error {
 			RequestTS: s.ReqTs, HeadersTS: s.HeadersTs, FirstChunkTS: s.FirstChunkTs,
 			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,
 			GapSum: s.GapSumNs, GapMax: s.GapMaxNs, Chunks: s.Chunks, PID: s.Pid,
-			GapCounts: s.GapCounts,
+			GapCounts: s.GapCounts, HeadBytes: s.HeadBytes,
 			Local:     netip.AddrPortFrom(addr(s.Family, s.Saddr[:]), s.Sport),
 			Remote:    netip.AddrPortFrom(addr(s.Family, s.Daddr[:]), s.Dport),
 		}

@@ -58,6 +58,15 @@ type openStream struct {
 	response   httpsniff.Response
 	isHTTP     bool
 
+	// headerLen is where the response's headers end in its first write
+	// (0: not within the captured head).
+	headerLen int
+	// The first write's body bytes, once counted, and the interval from it
+	// to the kernel's first chunk, once counted.
+	headBody    uint32
+	headCounted bool
+	headGap     uint64
+
 	ttftDone   bool
 	seenGapSum uint64
 	seenChunks uint32
@@ -177,6 +186,9 @@ func (s *streamStats) classify(o *openStream, st *stream.Stats) {
 	req, reqOK := httpsniff.ParseRequest(o.req[:o.reqLen])
 	resp, respOK := httpsniff.ParseResponse(o.resp[:o.respLen])
 	o.request, o.response, o.isHTTP = req, resp, respOK
+	if i := bytes.Index(o.resp[:o.respLen], []byte("\r\n\r\n")); respOK && i >= 0 {
+		o.headerLen = i + 4
+	}
 	mode := metadata.AttributeTokenwireStreamModeOpaque
 	if respOK {
 		mode = metadata.AttributeTokenwireStreamModeHTTP
@@ -243,9 +255,22 @@ func (s *streamStats) count(o *openStream, rec *stream.Record, end bool) {
 		}
 		s.series[o.key] = ser
 	}
-	if !o.ttftDone && st.FirstChunkTS != 0 {
+	// A head write that carried body bytes is the stream's first chunk:
+	// the kernel counts chunks from the next write on.
+	if !o.headCounted && st.HeadBytes != 0 {
+		o.headCounted = true
+		if o.headBody = st.HeadBody(o.headerLen); o.headBody > 0 {
+			ser.chunks++
+			ser.bytes += int64(o.headBody)
+		}
+	}
+	if o.headBody > 0 && o.headGap == 0 && st.FirstChunkTS != 0 {
+		o.headGap = st.FirstChunkTS - st.HeadersTS
+		ser.interval.observe(chunkIntervalDef.bounds, seconds(o.headGap))
+	}
+	if first := o.firstChunkTS(st); !o.ttftDone && first != 0 {
 		o.ttftDone = true
-		ser.ttft.observe(ttftDef.bounds, seconds(st.FirstChunkTS-st.RequestTS))
+		ser.ttft.observe(ttftDef.bounds, seconds(first-st.RequestTS))
 	}
 	ser.interval.addCounts(st.GapCounts[:], seconds(st.GapSum-o.seenGapSum))
 	ser.chunks += int64(st.Chunks - o.seenChunks)
@@ -257,6 +282,15 @@ func (s *streamStats) count(o *openStream, rec *stream.Record, end bool) {
 			s.span(o, rec)
 		}
 	}
+}
+
+// firstChunkTS is when the first body bytes were written: with the head
+// when it carried body, else the kernel's first chunk.
+func (o *openStream) firstChunkTS(st *stream.Stats) uint64 {
+	if o.headBody > 0 {
+		return st.HeadersTS
+	}
+	return st.FirstChunkTS
 }
 
 func seconds(ns uint64) float64 { return float64(ns) / 1e9 }
@@ -321,15 +355,20 @@ func (s *streamStats) span(o *openStream, rec *stream.Record) {
 	a.PutInt("client.port", int64(st.Remote.Port()))
 	a.PutStr("tokenwire.stream.mode", o.key.mode.String())
 	a.PutStr("tokenwire.stream.end_reason", rec.Reason.String())
-	a.PutInt("tokenwire.stream.chunks", int64(st.Chunks))
-	a.PutInt("tokenwire.stream.bytes", int64(st.Bytes))
-	if st.FirstChunkTS != 0 {
-		a.PutDouble("gen_ai.response.time_to_first_chunk", seconds(st.FirstChunkTS-st.RequestTS))
+	chunks, body := int64(st.Chunks), int64(st.Bytes)
+	if o.headBody > 0 {
+		chunks++
+		body += int64(o.headBody)
+	}
+	a.PutInt("tokenwire.stream.chunks", chunks)
+	a.PutInt("tokenwire.stream.bytes", body)
+	if first := o.firstChunkTS(st); first != 0 {
+		a.PutDouble("gen_ai.response.time_to_first_chunk", seconds(first-st.RequestTS))
 		ev := sp.Events().AppendEmpty()
 		ev.SetName("first_chunk")
-		ev.SetTimestamp(s.wall(st.FirstChunkTS))
+		ev.SetTimestamp(s.wall(first))
 	}
-	a.PutDouble("tokenwire.stream.chunk.interval.max", seconds(st.GapMax))
+	a.PutDouble("tokenwire.stream.chunk.interval.max", seconds(max(st.GapMax, o.headGap)))
 }
 
 // processResource describes the process that wrote a stream.
