@@ -187,6 +187,7 @@ func accuracy(addr string, port uint16, srv *server, report *strings.Builder) er
 		reqTS, firstTS uint64
 		chunks         []uint64
 		reqID          string
+		headerLen      int
 	}
 	var mu sync.Mutex
 	streams := map[stream.ID]*kstream{}
@@ -206,9 +207,17 @@ func accuracy(addr string, port uint16, srv *server, report *strings.Builder) er
 				if _, after, ok := strings.Cut(string(rec.Data), "id="); ok {
 					k.reqID, _, _ = strings.Cut(after, " ")
 				}
+			case stream.KindResponse:
+				k.headerLen = strings.Index(string(rec.Data), "\r\n\r\n") + 4
 			case stream.KindProgress:
 				if k.firstTS == 0 && rec.Stats.FirstChunkTS != 0 {
+					// As the receiver does: a head write that carried the
+					// first event is the first chunk.
 					k.reqTS, k.firstTS = rec.Stats.RequestTS, rec.Stats.FirstChunkTS
+					if rec.Stats.HeadBody(k.headerLen) > 0 {
+						k.firstTS = rec.Stats.HeadersTS
+						k.chunks = append(k.chunks, rec.Stats.HeadersTS)
+					}
 					k.chunks = append(k.chunks, rec.Stats.FirstChunkTS)
 				}
 			case stream.KindChunk:
@@ -253,9 +262,9 @@ func accuracy(addr string, port uint16, srv *server, report *strings.Builder) er
 		}
 		matched++
 		kttft := time.Duration(k.firstTS - k.reqTS)
-		ttftVsServer = append(ttftVsServer, float64((kttft - st[1].Sub(st[0])).Abs())/1e6)
+		ttftVsServer = append(ttftVsServer, float64((kttft-st[1].Sub(st[0])).Abs())/1e6)
 		if len(c.arrivals) > 0 {
-			ttftVsClient = append(ttftVsClient, float64((kttft - c.arrivals[0].Sub(c.sent)).Abs())/1e6)
+			ttftVsClient = append(ttftVsClient, float64((kttft-c.arrivals[0].Sub(c.sent)).Abs())/1e6)
 		}
 		for i := 1; i < len(k.chunks) && i+1 < len(st); i++ {
 			kg := time.Duration(k.chunks[i] - k.chunks[i-1])

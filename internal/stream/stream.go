@@ -362,8 +362,8 @@ func Decode(raw []byte, rec *Record) error {
 			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,
 			GapSum: s.GapSumNs, GapMax: s.GapMaxNs, Chunks: s.Chunks, PID: s.Pid,
 			GapCounts: s.GapCounts, HeadBytes: s.HeadBytes,
-			Local:     netip.AddrPortFrom(addr(s.Family, s.Saddr[:]), s.Sport),
-			Remote:    netip.AddrPortFrom(addr(s.Family, s.Daddr[:]), s.Dport),
+			Local:  netip.AddrPortFrom(addr(s.Family, s.Saddr[:]), s.Sport),
+			Remote: netip.AddrPortFrom(addr(s.Family, s.Daddr[:]), s.Dport),
 		}
 	default:
 		return fmt.Errorf("unknown stream record kind %d", rec.Kind)
