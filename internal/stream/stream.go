@@ -400,6 +400,39 @@ func (t *Tracer) Counters() (Counters, error) {
 	return c, nil
 }
 
+// Expire ends the stream on sock that went quiet: it removes the socket's
+// state from the kernel (a later request on it starts afresh) and fills rec
+// as the END record would have been, with reason EndIdle and the last write
+// as the end. It reports false when the kernel no longer tracks sock.
+// Addresses are not in the kernel's state: rec.Stats.Local and Remote are
+// left zero.
+func (t *Tracer) Expire(sock uint64, rec *Record) (bool, error) {
+	var st bpf.StreamStreamState
+	if err := t.maps.TwStSocks.Lookup(sock, &st); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	if err := t.maps.TwStSocks.Delete(sock); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return false, err
+	}
+	end := st.LastWriteTs
+	if end == 0 {
+		end = st.HeadersTs
+	}
+	*rec = Record{Kind: KindEnd, ID: ID{Sock: sock, Seq: st.Seq}, Reason: EndIdle}
+	if st.State == uint8(bpf.StreamTwStreamStateTW_ST_REQUEST) {
+		rec.Reason = EndNoResponse
+	}
+	rec.Stats = Stats{
+		RequestTS: st.ReqTs, HeadersTS: st.HeadersTs, FirstChunkTS: st.FirstChunkTs,
+		LastChunkTS: st.LastChunkTs, EndTS: end, Bytes: st.Bytes, GapSum: st.GapSumNs,
+		GapMax: st.GapMaxNs, Chunks: st.Chunks, PID: st.Pid, GapCounts: st.GapCounts, HeadBytes: st.HeadBytes,
+	}
+	return true, nil
+}
+
 // Sockets counts tracked sockets.
 func (t *Tracer) Sockets() (int, error) {
 	var (

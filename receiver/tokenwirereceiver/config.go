@@ -71,6 +71,9 @@ type StreamsConfig struct {
 	MaxModels int `mapstructure:"max_models"`
 	// Spans emits one span per streamed response to traces pipelines.
 	Spans bool `mapstructure:"spans"`
+	// IdleTimeout ends a stream that has written nothing for this long
+	// (end reason idle_timeout) and forgets its socket.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 }
 
 const pageSize = 4096
@@ -97,6 +100,7 @@ func createDefaultConfig() *Config {
 			MaxPaths:      100,
 			MaxModels:     100,
 			Spans:         true,
+			IdleTimeout:   5 * time.Minute,
 		},
 		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
 	}
@@ -155,6 +159,9 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	}
 	if s.FlushInterval <= 0 || (interval > 0 && s.FlushInterval > interval) {
 		errs = append(errs, fmt.Errorf("streams.flush_interval: must be positive and at most collection_interval (%v), got %v", interval, s.FlushInterval))
+	}
+	if s.IdleTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("streams.idle_timeout: must be at least 1s, got %v", s.IdleTimeout))
 	}
 	if s.MaxPaths < 1 {
 		errs = append(errs, fmt.Errorf("streams.max_paths: must be at least 1, got %d", s.MaxPaths))

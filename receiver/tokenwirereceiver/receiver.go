@@ -275,6 +275,9 @@ func (r *tokenwireReceiver) emitLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			if r.stStats != nil {
+				r.expireIdle()
+			}
 			r.emit(ctx)
 		case <-spanTick.C:
 			r.emitSpans(ctx)

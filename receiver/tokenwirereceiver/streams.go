@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -66,6 +67,9 @@ type openStream struct {
 	headBody    uint32
 	headCounted bool
 	headGap     uint64
+
+	// lastSeen is when the last record of this stream arrived.
+	lastSeen time.Time
 
 	ttftDone   bool
 	seenGapSum uint64
@@ -137,15 +141,38 @@ func (s *streamStats) stream(id stream.ID) *openStream {
 			break
 		}
 	}
-	o := &openStream{}
+	o := &openStream{lastSeen: time.Now()}
 	s.open[id] = o
 	return o
+}
+
+// idle lists the open streams with no record since before cutoff.
+func (s *streamStats) idle(cutoff time.Time) []stream.ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []stream.ID
+	for id, o := range s.open {
+		if o.lastSeen.Before(cutoff) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// forget drops an open stream whose socket the kernel no longer tracks.
+func (s *streamStats) forget(id stream.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.open, id)
 }
 
 // add folds one record in. It allocates only when a stream opens.
 func (s *streamStats) add(rec *stream.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if o, ok := s.open[rec.ID]; ok {
+		o.lastSeen = time.Now()
+	}
 	switch rec.Kind {
 	case stream.KindRequest:
 		o := s.stream(rec.ID)
@@ -351,8 +378,10 @@ func (s *streamStats) span(o *openStream, rec *stream.Record) {
 		a.PutStr("gen_ai.request.model", o.request.Model)
 	}
 	a.PutInt("server.port", int64(o.key.port))
-	a.PutStr("client.address", st.Remote.Addr().Unmap().String())
-	a.PutInt("client.port", int64(st.Remote.Port()))
+	if st.Remote.IsValid() { // not known for a stream ended by idle timeout
+		a.PutStr("client.address", st.Remote.Addr().Unmap().String())
+		a.PutInt("client.port", int64(st.Remote.Port()))
+	}
 	a.PutStr("tokenwire.stream.mode", o.key.mode.String())
 	a.PutStr("tokenwire.stream.end_reason", rec.Reason.String())
 	chunks, body := int64(st.Chunks), int64(st.Bytes)

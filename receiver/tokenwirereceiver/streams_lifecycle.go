@@ -111,6 +111,23 @@ func (r *tokenwireReceiver) registerStreamTelemetry() error {
 	)
 }
 
+// expireIdle ends the streams that wrote nothing for streams.idle_timeout.
+func (r *tokenwireReceiver) expireIdle() {
+	var rec stream.Record
+	for _, id := range r.stStats.idle(time.Now().Add(-r.cfg.Streams.IdleTimeout)) {
+		ok, err := r.streams.Expire(id.Sock, &rec)
+		if err != nil {
+			r.set.Logger.Warn("expiring an idle stream", zap.Error(err))
+			continue
+		}
+		if !ok || rec.ID != id {
+			r.stStats.forget(id) // its socket is gone, or it moved on
+			continue
+		}
+		r.stStats.add(&rec)
+	}
+}
+
 // emitSpans sends the spans of streams that ended since the last call.
 func (r *tokenwireReceiver) emitSpans(ctx context.Context) {
 	r.nextMu.Lock()

@@ -303,3 +303,54 @@ func TestLongStreamShowsIntervalsBeforeItEnds(t *testing.T) {
 	require.Zero(t, duration)
 	<-done
 }
+
+// TestIdleStreamTimesOut: a server that stops writing mid-stream gets its
+// stream ended by streams.idle_timeout, with what it had written so far.
+func TestIdleStreamTimesOut(t *testing.T) {
+	bpftest.Require(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	release := make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 2 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(10 * time.Millisecond)
+		}
+		<-release // hang, as a stuck model would
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	defer close(release)
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 200 * time.Millisecond
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	cfg.Streams.IdleTimeout = time.Second
+	f := NewFactory()
+	set := receivertest.NewNopSettings(metadata.Type)
+	traces := new(consumertest.TracesSink)
+	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
+	defer func() { require.NoError(t, tr.Shutdown(context.Background())) }()
+
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return traces.SpanCount() == 1 }, 5*time.Second, 50*time.Millisecond)
+	sp := traces.AllTraces()[0].ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
+	a := sp.Attributes().AsRaw()
+	require.Equal(t, "idle_timeout", a["tokenwire.stream.end_reason"])
+	require.EqualValues(t, 2, a["tokenwire.stream.chunks"])
+	require.Less(t, sp.EndTimestamp().AsTime().Sub(sp.StartTimestamp().AsTime()), 500*time.Millisecond,
+		"the stream ends at its last write, not when the timeout fired")
+}
