@@ -15,7 +15,8 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
-	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	// Config fixtures live in the repository's top-level testdata/.
+	cm, err := confmaptest.LoadConf(filepath.Join("..", "..", "testdata", "receiver-config.yaml"))
 	require.NoError(t, err)
 
 	tests := []struct {
@@ -33,6 +34,18 @@ func TestLoadConfig(t *testing.T) {
 				c.Handshake.Ports = []int{443, 8000}
 				c.Handshake.MaxTrackedSockets = 1024
 				c.Metrics.TokenwireTCPHandshakeFailures.Enabled = false
+				return c
+			},
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "streams"),
+			want: func() *Config {
+				c := createDefaultConfig()
+				c.Streams = StreamsConfig{
+					Enabled: true, Ports: []int{8000}, Pids: []int{1234}, ProcessNames: []string{"vllm"},
+					MaxSockets: 2048, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
+					MaxPaths: 10, MaxModels: 5, Spans: false, IdleTimeout: 30 * time.Second,
+				}
 				return c
 			},
 		},
@@ -83,6 +96,20 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"zero tracked sockets", func(c *Config) { c.Handshake.MaxTrackedSockets = 0 }, "handshake.max_tracked_sockets: must be between 1"},
 		{"negative tracked sockets", func(c *Config) { c.Handshake.MaxTrackedSockets = -5 }, "handshake.max_tracked_sockets: must be between 1"},
 		{"huge tracked sockets", func(c *Config) { c.Handshake.MaxTrackedSockets = 1 << 30 }, "handshake.max_tracked_sockets: must be between 1"},
+		{"no stream ports", func(c *Config) { c.Streams.Ports = nil }, "streams.ports: list at least one server port"},
+		{"empty stream ports", func(c *Config) { c.Streams.Ports = []int{} }, "streams.ports: empty list"},
+		{"stream port 0", func(c *Config) { c.Streams.Ports = []int{8000, 0} }, "streams.ports[1]: port 0 is outside 1-65535"},
+		{"duplicate stream port", func(c *Config) { c.Streams.Ports = []int{8000, 8000} }, "streams.ports[1]: port 8000 is listed twice"},
+		{"bad pid", func(c *Config) { c.Streams.Pids = []int{0} }, "streams.pids[0]: 0 is not a process id"},
+		{"empty process name", func(c *Config) { c.Streams.ProcessNames = []string{""} }, "streams.process_names[0]: empty name"},
+		{"zero stream sockets", func(c *Config) { c.Streams.MaxSockets = 0 }, "streams.max_sockets: must be between 1"},
+		{"negative coalesce", func(c *Config) { c.Streams.Coalesce = -time.Millisecond }, "streams.coalesce: must be between 0 and 100ms"},
+		{"huge coalesce", func(c *Config) { c.Streams.Coalesce = time.Second }, "streams.coalesce: must be between 0 and 100ms"},
+		{"zero flush", func(c *Config) { c.Streams.FlushInterval = 0 }, "streams.flush_interval: must be positive"},
+		{"flush beyond interval", func(c *Config) { c.Streams.FlushInterval = time.Minute }, "streams.flush_interval: must be positive and at most collection_interval"},
+		{"zero max paths", func(c *Config) { c.Streams.MaxPaths = 0 }, "streams.max_paths: must be at least 1"},
+		{"negative max models", func(c *Config) { c.Streams.MaxModels = -1 }, "streams.max_models: must be at least 1"},
+		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
