@@ -225,35 +225,17 @@ func addr(family uint16, b []byte) netip.Addr {
 }
 
 // Counters sums the kernel's per-CPU counters.
-func (t *Tracer) Counters() (Counters, error) {
-	var c Counters
-	for idx, dst := range map[bpf.Counter]*uint64{
-		bpf.CounterRingbufLost:        &c.RecordsLost,
-		bpf.CounterHandshakeUntracked: &c.Untracked,
-	} {
-		var perCPU []uint64
-		if err := t.maps.TwHsCounters.Lookup(uint32(idx), &perCPU); err != nil {
-			return c, fmt.Errorf("reading counter %d: %w", idx, err)
-		}
-		for _, v := range perCPU {
-			*dst += v
-		}
+func (t *Tracer) Counters() (c Counters, err error) {
+	if c.RecordsLost, err = probe.SumPerCPU(t.maps.TwHsCounters, uint32(bpf.CounterRingbufLost)); err != nil {
+		return c, err
 	}
-	return c, nil
+	c.Untracked, err = probe.SumPerCPU(t.maps.TwHsCounters, uint32(bpf.CounterHandshakeUntracked))
+	return c, err
 }
 
 // TrackedSockets counts client sockets whose handshake is in flight.
 func (t *Tracer) TrackedSockets() (int, error) {
-	var (
-		key uint64
-		val bpf.HandshakeSynState
-		n   int
-	)
-	it := t.maps.TwHsSynSent.Iterate()
-	for it.Next(&key, &val) {
-		n++
-	}
-	return n, it.Err()
+	return probe.CountEntries(t.maps.TwHsSynSent)
 }
 
 // Close detaches the probe, stops a blocked Read and frees every map. It

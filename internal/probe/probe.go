@@ -110,3 +110,31 @@ func LoadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progNam
 	}
 	return &Attached{Program: objs.Prog, Link: l}, nil
 }
+
+// SumPerCPU adds up the per-CPU values of a BPF_MAP_TYPE_PERCPU_ARRAY of
+// uint64 counters at idx.
+func SumPerCPU(m *ebpf.Map, idx uint32) (uint64, error) {
+	var perCPU []uint64
+	if err := m.Lookup(idx, &perCPU); err != nil {
+		return 0, fmt.Errorf("reading counter %d of %s: %w", idx, m, err)
+	}
+	var sum uint64
+	for _, v := range perCPU {
+		sum += v
+	}
+	return sum, nil
+}
+
+// CountEntries counts the entries of a hash map keyed by uint64.
+func CountEntries(m *ebpf.Map) (int, error) {
+	var (
+		key uint64
+		val = make([]byte, m.ValueSize())
+		n   int
+	)
+	it := m.Iterate()
+	for it.Next(&key, &val) {
+		n++
+	}
+	return n, it.Err()
+}

@@ -32,14 +32,16 @@ func completed(streams map[ID][]Record) []Record {
 // rawServer answers one request per connection the way simple Python
 // servers do: the status line and headers in one write, then each event in
 // its own write, then close (a close-delimited body).
-func rawServer(t *testing.T, think, interval time.Duration, events []string) (string, uint16, chan time.Duration) {
+// The channel receives, per connection, CLOCK_MONOTONIC just before and
+// after the head's write and the first event's write.
+func rawServer(t *testing.T, think, interval time.Duration, events []string) (string, uint16, chan [4]uint64) {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	measured := make(chan time.Duration, 16)
+	measured := make(chan [4]uint64, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -55,13 +57,19 @@ func rawServer(t *testing.T, think, interval time.Duration, events []string) (st
 						break
 					}
 				}
+				var m [4]uint64
+				m[0] = monotonicNow()
 				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-				start := time.Now() // what the kernel sees: head written -> first event written
+				m[1] = monotonicNow()
 				time.Sleep(think)
 				for i, ev := range events {
+					if i == 0 {
+						m[2] = monotonicNow()
+					}
 					io.WriteString(c, ev)
 					if i == 0 {
-						measured <- time.Since(start)
+						m[3] = monotonicNow()
+						measured <- m
 					}
 					time.Sleep(interval)
 				}
@@ -74,7 +82,8 @@ func rawServer(t *testing.T, think, interval time.Duration, events []string) (st
 func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	bpftest.Require(t)
 	events := []string{"data: a\n\n", "data: bb\n\n", "data: ccc\n\n", "data: dddd\n\n"}
-	addr, port, measured := rawServer(t, 60*time.Millisecond, 15*time.Millisecond, events)
+	const think = 60 * time.Millisecond
+	addr, port, measured := rawServer(t, think, 15*time.Millisecond, events)
 	tr, err := Open(testConfig(port))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +95,7 @@ func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	think := <-measured
+	m := <-measured
 
 	ends := completed(rec.ends(t, 1))
 	if len(ends) != 1 {
@@ -104,12 +113,17 @@ func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 		t.Errorf("%d body bytes, want %d", s.Bytes, want)
 	}
 	ttfb, ttft := time.Duration(s.HeadersTS-s.RequestTS), time.Duration(s.FirstChunkTS-s.RequestTS)
-	t.Logf("TTFB %v, TTFT %v, server-measured headers->first event %v", ttfb, ttft, think)
-	if ttfb > 5*time.Millisecond {
-		t.Errorf("TTFB %v: the headers went out right after the request", ttfb)
+	t.Logf("TTFB %v, TTFT %v, server: head write [%d,%d], first event write [%d,%d]; kernel: head %d, first chunk %d",
+		ttfb, ttft, m[0], m[1], s.HeadersTS, m[2], m[3], s.FirstChunkTS)
+	// Exact: each time stamped while its write ran.
+	if s.HeadersTS < m[0] || s.HeadersTS > m[1] {
+		t.Errorf("head stamped outside its write")
 	}
-	if d := (ttft - ttfb - think).Abs(); d > 2*time.Millisecond {
-		t.Errorf("TTFT-TTFB %v vs server-measured %v", ttft-ttfb, think)
+	if s.FirstChunkTS < m[2] || s.FirstChunkTS > m[3] {
+		t.Errorf("first chunk stamped outside its write")
+	}
+	if ttft-ttfb < think {
+		t.Errorf("TTFT-TTFB %v is shorter than the server's think time %v", ttft-ttfb, think)
 	}
 	if ends[0].Reason != EndClose {
 		t.Errorf("end reason %v, want close (close-delimited body)", ends[0].Reason)

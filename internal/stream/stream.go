@@ -382,19 +382,14 @@ func addr(family uint16, b []byte) netip.Addr {
 }
 
 // Counters sums the kernel's per-CPU counters.
-func (t *Tracer) Counters() (Counters, error) {
-	var c Counters
-	for idx, dst := range map[uint32]*uint64{
-		uint32(bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST): &c.RecordsLost,
-		uint32(bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS):  &c.NewSockets,
-		uint32(bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED): &c.TrackFailed,
+func (t *Tracer) Counters() (c Counters, err error) {
+	for idx, dst := range map[bpf.StreamTwStreamCounter]*uint64{
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST: &c.RecordsLost,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS:  &c.NewSockets,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED: &c.TrackFailed,
 	} {
-		var perCPU []uint64
-		if err := t.maps.TwStCounters.Lookup(idx, &perCPU); err != nil {
-			return c, fmt.Errorf("reading counter %d: %w", idx, err)
-		}
-		for _, v := range perCPU {
-			*dst += v
+		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
+			return c, err
 		}
 	}
 	return c, nil
@@ -435,16 +430,7 @@ func (t *Tracer) Expire(sock uint64, rec *Record) (bool, error) {
 
 // Sockets counts tracked sockets.
 func (t *Tracer) Sockets() (int, error) {
-	var (
-		key uint64
-		val bpf.StreamStreamState
-		n   int
-	)
-	it := t.maps.TwStSocks.Iterate()
-	for it.Next(&key, &val) {
-		n++
-	}
-	return n, it.Err()
+	return probe.CountEntries(t.maps.TwStSocks)
 }
 
 // Close detaches every hook point, stops a blocked Read and frees the maps.

@@ -166,7 +166,7 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 			zap.String("hook", r.handshakes.Hook().Summary()),
 			zap.Ints("ports", r.cfg.Handshake.Ports))
 		r.wg.Add(1)
-		go r.readHandshakes(ctx)
+		go readLoop(ctx, r, handshakeAttr, r.handshakes.Read, handshake.ErrClosed, r.hsStats.add)
 	}
 	if r.cfg.Streams.Enabled {
 		if err = r.startStreams(ctx); err != nil {
@@ -209,20 +209,23 @@ func (r *tokenwireReceiver) stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *tokenwireReceiver) readHandshakes(ctx context.Context) {
+// readLoop hands every record of one tracer to add, reusing one record
+// value, until the tracer is closed.
+func readLoop[R any](ctx context.Context, r *tokenwireReceiver, capability attribute.KeyValue,
+	read func(*R) error, closed error, add func(*R)) {
 	defer r.wg.Done()
-	var ev handshake.Event
-	read := metric.WithAttributeSet(attribute.NewSet(handshakeAttr))
+	var rec R
+	counted := metric.WithAttributeSet(attribute.NewSet(capability))
 	for {
-		if err := r.handshakes.Read(&ev); err != nil {
-			if errors.Is(err, handshake.ErrClosed) {
+		if err := read(&rec); err != nil {
+			if errors.Is(err, closed) {
 				return
 			}
-			r.set.Logger.Warn("reading handshake records", zap.Error(err))
+			r.set.Logger.Warn("reading BPF records", zap.String(string(capability.Key), capability.Value.AsString()), zap.Error(err))
 			continue
 		}
-		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, read)
-		r.hsStats.add(&ev)
+		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, counted)
+		add(&rec)
 	}
 }
 

@@ -53,25 +53,8 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
 		func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) })
 	r.wg.Add(1)
-	go r.readStreams(ctx)
+	go readLoop(ctx, r, streamAttr, r.streams.Read, stream.ErrClosed, r.stStats.add)
 	return nil
-}
-
-func (r *tokenwireReceiver) readStreams(ctx context.Context) {
-	defer r.wg.Done()
-	var rec stream.Record
-	read := metric.WithAttributeSet(attribute.NewSet(streamAttr))
-	for {
-		if err := r.streams.Read(&rec); err != nil {
-			if errors.Is(err, stream.ErrClosed) {
-				return
-			}
-			r.set.Logger.Warn("reading stream records", zap.Error(err))
-			continue
-		}
-		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, read)
-		r.stStats.add(&rec)
-	}
 }
 
 func (r *tokenwireReceiver) registerStreamTelemetry() error {
