@@ -1,0 +1,467 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+)
+
+// TestVethDropsBlocklistedSources: traffic from blocked sources is dropped
+// and counted packet for packet and byte for byte; traffic from the other
+// addresses of the same host passes, in every attach mode.
+func TestVethDropsBlocklistedSources(t *testing.T) {
+	for _, tc := range []struct{ mode, want string }{
+		{ModeAuto, ModeNative}, // veth has native XDP
+		{ModeNative, ModeNative},
+		{ModeGeneric, ModeGeneric},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := newPair(t)
+			f, err := openIn(t, p.b, Config{
+				Interfaces: []string{p.vb.Name},
+				Mode:       tc.mode,
+				Blocklist:  []string{"192.0.2.3", "2001:db8::3/128"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			att := f.Attachments()
+			if len(att) != 1 || att[0].Mode != tc.want || att[0].Ifindex != p.vb.Index || att[0].Detached {
+				t.Fatalf("Attachments() = %+v, want %s on %s", att, tc.want, p.vb.Name)
+			}
+			if ids := xdpOn(t, p.b, p.vb); len(ids) != 1 {
+				t.Fatalf("XDP programs on %s: %v", p.vb.Name, ids)
+			}
+
+			drop0 := counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist)
+			pass0 := counter(t, f, p.vb.Name, ActionPass, ReasonNone)
+			const n = 300
+			for _, src := range []struct {
+				addr    netip.Addr
+				blocked bool
+			}{{addrA1, false}, {addrA3, true}, {addrA61, false}, {addrA63, true}} {
+				p.sender(t, src.addr).send(t, n)
+			}
+			waitFor(t, "the unblocked packets", func() bool {
+				return p.sink.count(addrA1) == n && p.sink.count(addrA61) == n
+			})
+			wantDrop := Counter{Interface: p.vb.Name, Action: ActionDrop, Reason: ReasonBlocklist,
+				Packets: drop0.Packets + 2*n, Bytes: drop0.Bytes + n*frameLen4 + n*frameLen6}
+			waitFor(t, "the drop counter", func() bool {
+				return counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist).Packets >= wantDrop.Packets
+			})
+			time.Sleep(50 * time.Millisecond) // a late extra packet would be a bug: let it show
+			if got := counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist); got != wantDrop {
+				t.Errorf("drop/blocklist = %+v, want %+v", got, wantDrop)
+			}
+			if got := counter(t, f, p.vb.Name, ActionDrop, ReasonMalformed); got.Packets != 0 {
+				t.Errorf("drop/malformed = %+v, want none", got)
+			}
+			pass := counter(t, f, p.vb.Name, ActionPass, ReasonNone)
+			if pass.Packets-pass0.Packets < 2*n || pass.Bytes-pass0.Bytes < n*frameLen4+n*frameLen6 {
+				t.Errorf("pass/none went from %+v to %+v, want at least %d more packets", pass0, pass, 2*n)
+			}
+			for _, src := range []netip.Addr{addrA3, addrA63} {
+				if got := p.sink.count(src); got != 0 {
+					t.Errorf("%d packets from blocked %s arrived", got, src)
+				}
+			}
+
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if ids := xdpOn(t, p.b, p.vb); len(ids) != 0 {
+				t.Errorf("XDP programs left on %s after Close: %v", p.vb.Name, ids)
+			}
+			// Fail open: with the filter gone, the blocked source gets through.
+			p.sender(t, addrA3).send(t, 10)
+			waitFor(t, "packets from the formerly blocked source", func() bool { return p.sink.count(addrA3) == 10 })
+		})
+	}
+}
+
+// TestVethFileEditWhileTrafficFlows edits the blocklist file while two
+// sources send steadily: once the watcher reports the reload done, not one
+// packet sent from the newly blocked source afterwards arrives, the other
+// source is untouched, and every packet is either received or counted as
+// dropped. A bad edit keeps the old list; removing the entry lets the
+// source through again.
+func TestVethFileEditWhileTrafficFlows(t *testing.T) {
+	p := newPair(t)
+	path := filepath.Join(t.TempDir(), "blocklist.txt")
+	writeFile := func(content string) {
+		t.Helper()
+		// Replace atomically, as config management does.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile("# blocked\n192.0.2.3\n")
+	reloaded := make(chan error, 16)
+	f, err := openIn(t, p.b, Config{
+		Interfaces:    []string{p.vb.Name},
+		BlocklistFile: path,
+		WatchInterval: 10 * time.Millisecond,
+		OnReload:      func(err error) { reloaded <- err },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReload := func() error {
+		t.Helper()
+		select {
+		case err := <-reloaded:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatal("the watcher did not reload within 5 s")
+		}
+		return nil
+	}
+
+	s4, s1 := p.sender(t, addrA4), p.sender(t, addrA1)
+	var (
+		stop, pause4 atomic.Bool
+		done         = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for i := 0; !stop.Load(); i++ {
+			if !pause4.Load() {
+				if err := s4.sendOne(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if err := s1.sendOne(); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%8 == 7 {
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+
+	waitFor(t, "traffic from .4 to pass", func() bool { return p.sink.count(addrA4) >= 100 })
+	drop0 := counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist).Packets
+	// accounted waits until every packet sent from .4 so far was received
+	// or counted as dropped, and returns the received sequence numbers.
+	accounted := func() []uint64 {
+		t.Helper()
+		var got []uint64
+		waitFor(t, "every packet from .4 to be received or dropped", func() bool {
+			got = p.sink.received(addrA4)
+			dropped := counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist).Packets - drop0
+			return uint64(len(got))+dropped == s4.next.Load()
+		})
+		return got
+	}
+
+	writeFile("# blocked\n192.0.2.3\n192.0.2.4/32\n")
+	if err := waitReload(); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	// Every packet numbered from here on was written after the reload was
+	// reported done.
+	cut := s4.next.Load()
+	waitFor(t, "300 more packets from .4", func() bool { return s4.next.Load() >= cut+300 })
+
+	// A bad edit: the old list (with .4) stays.
+	writeFile("192.0.2.3\n192.0.2.4\nnot-an-address\n")
+	if err := waitReload(); err == nil || !strings.Contains(err.Error(), path+":3:") {
+		t.Errorf("bad file: reload error %v, want one naming %s:3", err, path)
+	}
+	if st := f.Stats(); st.ReloadErrors != 1 || st.Reloads != 1 {
+		t.Errorf("Stats() = %+v, want 1 reload and 1 error", st)
+	}
+	waitFor(t, "100 more packets from .4", func() bool { return s4.next.Load() >= cut+400 })
+
+	// Pause .4 and settle the account before unblocking, so that no packet
+	// is in flight across the next reload.
+	pause4.Store(true)
+	got4 := accounted()
+	blockedUntil := s4.next.Load()
+	for _, seq := range got4 {
+		if seq >= cut {
+			t.Errorf("packet %d from .4 arrived; it was sent after the reload that blocks .4 was done (from %d on)", seq, cut)
+		}
+	}
+	if len(got4) > int(cut) {
+		t.Errorf("%d packets from .4 arrived, more than the %d sent before the block", len(got4), cut)
+	}
+
+	// Unblock again: every packet from then on arrives.
+	writeFile("192.0.2.3\n")
+	if err := waitReload(); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	pause4.Store(false)
+	waitFor(t, "200 packets from .4 to pass again", func() bool { return p.sink.count(addrA4) >= len(got4)+200 })
+	stop.Store(true)
+	<-done
+	got4 = accounted()
+	total4 := s4.next.Load()
+	var afterUnblock uint64
+	for _, seq := range got4 {
+		if seq >= blockedUntil {
+			afterUnblock++
+		}
+	}
+	if afterUnblock != total4-blockedUntil {
+		t.Errorf("%d of the %d packets from .4 sent after the unblocking reload arrived", afterUnblock, total4-blockedUntil)
+	}
+	waitFor(t, "every packet from .1", func() bool { return p.sink.count(addrA1) == int(s1.next.Load()) })
+	t.Logf("from .4: %d sent, %d received, %d dropped; blocked from packet %d (reload done) to %d; "+
+		"from .1: %d sent, all received", total4, len(got4), total4-uint64(len(got4)), cut, blockedUntil, s1.next.Load())
+}
+
+// trivialXDP loads a foreign XDP program that passes everything, named
+// without our prefix.
+func trivialXDP(t *testing.T) *ebpf.Program {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "foreign",
+		Type:         ebpf.XDP,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return prog
+}
+
+// attachLegacy attaches (fd >= 0) or detaches (fd = -1) an XDP program the
+// old way, through netlink, as `ip link set dev X xdp...` does: such a
+// program stays attached after its loader exits.
+func attachLegacy(ifindex, fd int, flags uint32) error {
+	body := make([]byte, unix.SizeofIfInfomsg)
+	ifi := (*unix.IfInfomsg)(unsafe.Pointer(&body[0]))
+	ifi.Index = int32(ifindex)
+	nested := append(nlattr(unix.IFLA_XDP_FD, u32(uint32(int32(fd)))), nlattr(unix.IFLA_XDP_FLAGS, u32(flags))...)
+	body = append(body, nlattr(unix.IFLA_XDP|unix.NLA_F_NESTED, nested)...)
+	_, err := rtnetlink(unix.RTM_SETLINK, unix.NLM_F_ACK, body)
+	return err
+}
+
+// TestForeignProgramIsRefused: an interface that already has an XDP
+// program, however it was attached and in whichever mode, is refused with
+// a clear error, the program is left alone, and nothing of ours stays.
+func TestForeignProgramIsRefused(t *testing.T) {
+	p := newPair(t)
+	foreign := trivialXDP(t)
+	info, err := foreign.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreignID, _ := info.ID()
+	baseline := func() *bpftest.Baseline {
+		t.Helper()
+		base, err := bpftest.NewBaseline()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base
+	}
+
+	for _, tc := range []struct {
+		name     string
+		attach   func() (detach func())
+		wantMode string
+	}{
+		{"link generic", func() func() { return attachForeignLink(t, p, foreign, link.XDPGenericMode) }, ModeGeneric},
+		{"link native", func() func() { return attachForeignLink(t, p, foreign, link.XDPDriverMode) }, ModeNative},
+		{"netlink generic", func() func() { return attachForeignNetlink(t, p, foreign, unix.XDP_FLAGS_SKB_MODE) }, ModeGeneric},
+		{"netlink native", func() func() { return attachForeignNetlink(t, p, foreign, unix.XDP_FLAGS_DRV_MODE) }, ModeNative},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			detach := tc.attach()
+			defer detach()
+			base := baseline()
+			for _, mode := range []string{ModeAuto, ModeNative, ModeGeneric} {
+				_, err := openIn(t, p.b, Config{Interfaces: []string{p.vb.Name}, Mode: mode})
+				if !errors.Is(err, ErrForeignProgram) {
+					t.Fatalf("mode %s: Open = %v, want ErrForeignProgram", mode, err)
+				}
+				for _, want := range []string{fmt.Sprintf("interface %q", p.vb.Name), "tokenwire did not attach",
+					fmt.Sprintf("program id %d", foreignID), `name "foreign"`, tc.wantMode + " mode", "refusing to replace it"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("mode %s: error %q does not say %q", mode, err, want)
+					}
+				}
+			}
+			if ids := xdpOn(t, p.b, p.vb); len(ids) != 1 || ids[0] != int(foreignID) {
+				t.Errorf("after the refusals the interface has %v, want the foreign program %d", ids, foreignID)
+			}
+			if left, err := base.WaitGone(2 * time.Second); err != nil || !left.Empty() {
+				t.Errorf("a refused Open left %v (%v)", left, err)
+			}
+		})
+	}
+	if ids := xdpOn(t, p.b, p.vb); len(ids) != 0 {
+		t.Fatalf("foreign programs not detached by the test: %v", ids)
+	}
+
+	t.Run("another tokenwire", func(t *testing.T) {
+		first, err := openIn(t, p.b, Config{Interfaces: []string{p.vb.Name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = openIn(t, p.b, Config{Interfaces: []string{p.vb.Name}, Mode: ModeGeneric})
+		if !errors.Is(err, ErrForeignProgram) || !strings.Contains(err.Error(), "already has a tokenwire XDP filter") {
+			t.Errorf("second filter on one interface: %v", err)
+		}
+		if _, err := first.Counters(); err != nil {
+			t.Errorf("first filter after the refusal: %v", err)
+		}
+		first.Close()
+	})
+
+	t.Run("second interface occupied", func(t *testing.T) {
+		// lo first, then the occupied veth: lo must be detached again.
+		detach := attachForeignLink(t, p, foreign, link.XDPGenericMode)
+		defer detach()
+		base := baseline()
+		_, err := openIn(t, p.b, Config{Interfaces: []string{"lo", p.vb.Name}})
+		if !errors.Is(err, ErrForeignProgram) {
+			t.Fatalf("Open = %v, want ErrForeignProgram", err)
+		}
+		if ids := xdpOn(t, p.b, p.b.Link(t, "lo")); len(ids) != 0 {
+			t.Errorf("lo kept XDP programs %v after the failed Open", ids)
+		}
+		if left, err := base.WaitGone(2 * time.Second); err != nil || !left.Empty() {
+			t.Errorf("a failed Open left %v (%v)", left, err)
+		}
+	})
+}
+
+func attachForeignLink(t *testing.T, p *pair, prog *ebpf.Program, mode link.XDPAttachFlags) func() {
+	t.Helper()
+	var (
+		l   link.Link
+		err error
+	)
+	p.b.Do(t, func() { l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: p.vb.Index, Flags: mode}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() { l.Close() }
+}
+
+func attachForeignNetlink(t *testing.T, p *pair, prog *ebpf.Program, flags uint32) func() {
+	t.Helper()
+	var err error
+	p.b.Do(t, func() { err = attachLegacy(p.vb.Index, prog.FD(), flags) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		p.b.Do(t, func() { err = attachLegacy(p.vb.Index, -1, flags) })
+		if err != nil {
+			t.Errorf("detaching the foreign program: %v", err)
+		}
+	}
+}
+
+// TestOpenCloseLeavesNothing: repeated Open/Close cycles on two
+// interfaces leave no XDP program on them and no program or map loaded.
+func TestOpenCloseLeavesNothing(t *testing.T) {
+	p := newPair(t)
+	base, err := bpftest.NewBaseline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := p.b.Link(t, "lo")
+	for i := range 10 {
+		f, err := openIn(t, p.b, Config{Interfaces: []string{p.vb.Name, "lo"}, Blocklist: testBlocklist})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := f.Attachments(); len(a) != 2 || a[0].Mode != ModeNative || a[1].Mode != ModeGeneric {
+			t.Fatalf("cycle %d: Attachments() = %+v, want native on the veth and generic on lo", i, a)
+		}
+		if len(xdpOn(t, p.b, p.vb)) != 1 || len(xdpOn(t, p.b, lo)) != 1 {
+			t.Fatalf("cycle %d: not attached", i)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if ids, idsLo := xdpOn(t, p.b, p.vb), xdpOn(t, p.b, lo); len(ids)+len(idsLo) != 0 {
+			t.Fatalf("cycle %d: left on the veth %v, on lo %v", i, ids, idsLo)
+		}
+	}
+	if left, err := base.WaitGone(2 * time.Second); err != nil || !left.Empty() {
+		t.Errorf("left loaded: %v (%v)", left, err)
+	}
+
+	// Failures after loading (a missing interface) leave nothing either.
+	if _, err := openIn(t, p.b, Config{Interfaces: []string{p.vb.Name, "nosuch0"}}); err == nil ||
+		!strings.Contains(err.Error(), `interface "nosuch0"`) {
+		t.Errorf("missing interface: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "bad.txt")
+	if err := os.WriteFile(path, []byte("192.0.2.1\n192.0.2.256\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openIn(t, p.b, Config{Interfaces: []string{p.vb.Name}, BlocklistFile: path}); err == nil ||
+		!strings.Contains(err.Error(), path+":2:") {
+		t.Errorf("bad blocklist file: %v", err)
+	}
+	if ids := xdpOn(t, p.b, p.vb); len(ids) != 0 {
+		t.Errorf("failed Opens left %v on the veth", ids)
+	}
+	if left, err := base.WaitGone(2 * time.Second); err != nil || !left.Empty() {
+		t.Errorf("failed Opens left %v (%v)", left, err)
+	}
+}
+
+// TestInterfaceDisappears: deleting an interface under a running filter
+// detaches its program in the kernel; the filter notices, keeps its
+// counters, and closes without error.
+func TestInterfaceDisappears(t *testing.T) {
+	p := newPair(t)
+	f, err := openIn(t, p.b, Config{Interfaces: []string{p.vb.Name}, Blocklist: []string{"192.0.2.3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.sender(t, addrA3).send(t, 5)
+	waitFor(t, "5 drops", func() bool { return counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist).Packets == 5 })
+
+	p.b.IP(t, "link", "del", p.vb.Name) // takes the peer with it
+	waitFor(t, "the link to go defunct", func() bool {
+		a := f.Attachments()
+		return len(a) == 1 && a[0].Detached
+	})
+	if c := counter(t, f, p.vb.Name, ActionDrop, ReasonBlocklist); c.Packets != 5 {
+		t.Errorf("counters after the interface went: %+v", c)
+	}
+	if err := f.Reload(prefixes("192.0.2.4")); err != nil {
+		t.Errorf("Reload after the interface went: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("Close after the interface went: %v", err)
+	}
+}
