@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/xdp"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -24,6 +25,8 @@ type Config struct {
 	Handshake HandshakeConfig `mapstructure:"handshake"`
 	// Streams configures tracking of streamed responses.
 	Streams StreamsConfig `mapstructure:"streams"`
+	// XDP configures the XDP filter; it is off until interfaces are named.
+	XDP XDPConfig `mapstructure:"xdp"`
 
 	metadata.MetricsBuilderConfig `mapstructure:",squash"`
 
@@ -76,6 +79,26 @@ type StreamsConfig struct {
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 }
 
+// XDPConfig configures the XDP filter that drops packets from blocklisted
+// sources and malformed frames, counting every decision.
+type XDPConfig struct {
+	// Interfaces to attach to, by name. Empty: the filter is off.
+	Interfaces []string `mapstructure:"interfaces"`
+	// Mode is auto (native where the driver supports it, else generic),
+	// native or generic.
+	Mode string `mapstructure:"mode"`
+	// Blocklist holds CIDRs or addresses (IPv4 or IPv6) to drop.
+	Blocklist []string `mapstructure:"blocklist"`
+	// BlocklistFile names a file with one CIDR or address per line ('#'
+	// comments); it is re-read when it changes.
+	BlocklistFile string `mapstructure:"blocklist_file"`
+	// CapacityIPv4 and CapacityIPv6 bound each blocklist.
+	CapacityIPv4 int `mapstructure:"capacity_ipv4"`
+	CapacityIPv6 int `mapstructure:"capacity_ipv6"`
+	// WatchInterval is how often blocklist_file is checked for changes.
+	WatchInterval time.Duration `mapstructure:"watch_interval"`
+}
+
 const pageSize = 4096
 
 func createDefaultConfig() *Config {
@@ -101,6 +124,12 @@ func createDefaultConfig() *Config {
 			MaxModels:     100,
 			Spans:         true,
 			IdleTimeout:   5 * time.Minute,
+		},
+		XDP: XDPConfig{
+			Mode:          xdp.ModeAuto,
+			CapacityIPv4:  xdp.DefaultCapacity,
+			CapacityIPv6:  xdp.DefaultCapacity,
+			WatchInterval: xdp.DefaultWatchInterval,
 		},
 		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
 	}
@@ -131,8 +160,47 @@ func (cfg *Config) Validate() error {
 	if n := cfg.Handshake.MaxTrackedSockets; n <= 0 || n > 1<<24 {
 		errs = append(errs, fmt.Errorf("handshake.max_tracked_sockets: must be between 1 and %d, got %d", 1<<24, n))
 	}
-	errs = append(errs, cfg.Streams.validate(cfg.CollectionInterval)...)
+	if cfg.Streams.Enabled {
+		errs = append(errs, cfg.Streams.validate(cfg.CollectionInterval)...)
+	}
+	errs = append(errs, cfg.XDP.validate()...)
 	return errors.Join(errs...)
+}
+
+func (x *XDPConfig) validate() []error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, name := range x.Interfaces {
+		switch {
+		case name == "" || len(name) > 15:
+			errs = append(errs, fmt.Errorf("xdp.interfaces[%d]: %q is not an interface name", i, name))
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("xdp.interfaces[%d]: %q is listed twice", i, name))
+		}
+		seen[name] = true
+	}
+	switch x.Mode {
+	case xdp.ModeAuto, xdp.ModeNative, xdp.ModeGeneric:
+	default:
+		errs = append(errs, fmt.Errorf("xdp.mode: %q is not one of auto, native, generic", x.Mode))
+	}
+	for i, entry := range x.Blocklist {
+		if _, err := xdp.ParsePrefix(entry); err != nil {
+			errs = append(errs, fmt.Errorf("xdp.blocklist[%d]: %w", i, err))
+		}
+	}
+	for key, n := range map[string]int{"xdp.capacity_ipv4": x.CapacityIPv4, "xdp.capacity_ipv6": x.CapacityIPv6} {
+		if n < 1 || n > 1<<24 {
+			errs = append(errs, fmt.Errorf("%s: must be between 1 and %d, got %d", key, 1<<24, n))
+		}
+	}
+	if x.WatchInterval <= 0 {
+		errs = append(errs, fmt.Errorf("xdp.watch_interval: must be positive, got %v", x.WatchInterval))
+	}
+	if len(x.Interfaces) == 0 && (len(x.Blocklist) > 0 || x.BlocklistFile != "") {
+		errs = append(errs, errors.New("xdp.interfaces: a blocklist is set but no interface to filter on"))
+	}
+	return errs
 }
 
 func (s *StreamsConfig) validate(interval time.Duration) []error {

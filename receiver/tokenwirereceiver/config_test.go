@@ -49,6 +49,18 @@ func TestLoadConfig(t *testing.T) {
 				return c
 			},
 		},
+		{
+			id: component.NewIDWithName(metadata.Type, "xdp"),
+			want: func() *Config {
+				c := createDefaultConfig()
+				c.XDP = XDPConfig{
+					Interfaces: []string{"eth0", "eth1"}, Mode: "native",
+					Blocklist: []string{"192.0.2.0/24", "2001:db8::/32"}, BlocklistFile: "/etc/tokenwire/blocklist",
+					CapacityIPv4: 1024, CapacityIPv6: 512, WatchInterval: 5 * time.Second,
+				}
+				return c
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id.String(), func(t *testing.T) {
@@ -110,6 +122,15 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"zero max paths", func(c *Config) { c.Streams.MaxPaths = 0 }, "streams.max_paths: must be at least 1"},
 		{"negative max models", func(c *Config) { c.Streams.MaxModels = -1 }, "streams.max_models: must be at least 1"},
 		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},
+		{"empty interface name", func(c *Config) { c.XDP.Interfaces = []string{""} }, `xdp.interfaces[0]: "" is not an interface name`},
+		{"long interface name", func(c *Config) { c.XDP.Interfaces = []string{"averyveryverylongname"} }, "xdp.interfaces[0]"},
+		{"repeated interface", func(c *Config) { c.XDP.Interfaces = []string{"eth0", "eth0"} }, `xdp.interfaces[1]: "eth0" is listed twice`},
+		{"bad xdp mode", func(c *Config) { c.XDP.Interfaces, c.XDP.Mode = []string{"eth0"}, "offload" }, `xdp.mode: "offload" is not one of auto, native, generic`},
+		{"bad blocklist entry", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"10.0.0.0/33"} }, "xdp.blocklist[0]"},
+		{"zero ipv4 capacity", func(c *Config) { c.XDP.CapacityIPv4 = 0 }, "xdp.capacity_ipv4: must be between 1"},
+		{"negative ipv6 capacity", func(c *Config) { c.XDP.CapacityIPv6 = -1 }, "xdp.capacity_ipv6: must be between 1"},
+		{"zero watch interval", func(c *Config) { c.XDP.WatchInterval = 0 }, "xdp.watch_interval: must be positive"},
+		{"blocklist without interfaces", func(c *Config) { c.XDP.Blocklist = []string{"192.0.2.0/24"} }, "xdp.interfaces: a blocklist is set but no interface"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,6 +49,7 @@ type tokenwireReceiver struct {
 	hsStats    *handshakeStats
 	streams    *stream.Tracer
 	stStats    *streamStats
+	xdp        *xdpState
 	hostName   string
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -123,7 +124,7 @@ func (h *handle) Shutdown(ctx context.Context) error {
 var handshakeAttr = attribute.String("capability", "handshake")
 
 func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err error) {
-	if err := preflight.Check(preflight.Needs{}); err != nil {
+	if err := preflight.Check(preflight.Needs{NetAdmin: len(r.cfg.XDP.Interfaces) > 0}); err != nil {
 		return err
 	}
 	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; on newer ones
@@ -173,6 +174,11 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 			return err
 		}
 	}
+	if len(r.cfg.XDP.Interfaces) > 0 {
+		if err = r.startXDP(); err != nil {
+			return err
+		}
+	}
 	if err = r.registerTelemetry(); err != nil {
 		return err
 	}
@@ -195,12 +201,17 @@ func (r *tokenwireReceiver) stop(ctx context.Context) error {
 		errs = append(errs, r.streams.Close()) // unblocks readStreams
 	}
 	r.wg.Wait()
-	if r.handshakes != nil || r.streams != nil {
+	if r.handshakes != nil || r.streams != nil || r.xdp != nil {
 		// Everything read so far goes out before we stop: a short-lived
 		// collector must not lose its last interval.
 		r.emit(ctx)
 		r.emitSpans(ctx)
 		r.handshakes, r.streams = nil, nil
+	}
+	if r.xdp != nil {
+		// Detaching restores the interfaces: traffic passes unfiltered.
+		errs = append(errs, r.xdp.filter.Close())
+		r.xdp = nil
 	}
 	if r.telemetry != nil {
 		r.telemetry.Shutdown()
@@ -306,6 +317,9 @@ func (r *tokenwireReceiver) emit(ctx context.Context) {
 	histograms := pmetric.NewMetricSlice()
 	if r.hsStats != nil {
 		r.hsStats.record(r.mb, histograms, r.startTime, now)
+	}
+	if r.xdp != nil {
+		r.recordXDP(r.mb, now)
 	}
 	md := r.mb.Emit(metadata.WithResource(r.resource))
 	if histograms.Len() > 0 {

@@ -164,11 +164,113 @@ func (ms *TokenwireTCPHandshakeFailuresMetricConfig) Validate() error {
 	return nil
 }
 
+// TokenwireXdpBytesMetricAttributeKey specifies the key of an attribute for the tokenwire.xdp.bytes metric.
+type TokenwireXdpBytesMetricAttributeKey string
+
+const (
+	TokenwireXdpBytesMetricAttributeKeyNetworkInterfaceName TokenwireXdpBytesMetricAttributeKey = "network.interface.name"
+	TokenwireXdpBytesMetricAttributeKeyTokenwireXdpAction   TokenwireXdpBytesMetricAttributeKey = "tokenwire.xdp.action"
+	TokenwireXdpBytesMetricAttributeKeyTokenwireXdpReason   TokenwireXdpBytesMetricAttributeKey = "tokenwire.xdp.reason"
+)
+
+// TokenwireXdpBytesMetricConfig provides config for the tokenwire.xdp.bytes metric.
+type TokenwireXdpBytesMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []TokenwireXdpBytesMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *TokenwireXdpBytesMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *TokenwireXdpBytesMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case TokenwireXdpBytesMetricAttributeKeyNetworkInterfaceName, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpAction, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpReason:
+		default:
+			return fmt.Errorf("metric tokenwire.xdp.bytes doesn't have an attribute %v, valid attributes: [network.interface.name, tokenwire.xdp.action, tokenwire.xdp.reason]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// TokenwireXdpPacketsMetricAttributeKey specifies the key of an attribute for the tokenwire.xdp.packets metric.
+type TokenwireXdpPacketsMetricAttributeKey string
+
+const (
+	TokenwireXdpPacketsMetricAttributeKeyNetworkInterfaceName TokenwireXdpPacketsMetricAttributeKey = "network.interface.name"
+	TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpAction   TokenwireXdpPacketsMetricAttributeKey = "tokenwire.xdp.action"
+	TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpReason   TokenwireXdpPacketsMetricAttributeKey = "tokenwire.xdp.reason"
+)
+
+// TokenwireXdpPacketsMetricConfig provides config for the tokenwire.xdp.packets metric.
+type TokenwireXdpPacketsMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                  `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []TokenwireXdpPacketsMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *TokenwireXdpPacketsMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *TokenwireXdpPacketsMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case TokenwireXdpPacketsMetricAttributeKeyNetworkInterfaceName, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpAction, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpReason:
+		default:
+			return fmt.Errorf("metric tokenwire.xdp.packets doesn't have an attribute %v, valid attributes: [network.interface.name, tokenwire.xdp.action, tokenwire.xdp.reason]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // MetricsConfig provides config for tokenwire metrics.
 type MetricsConfig struct {
 	TokenwireStreamBytes          TokenwireStreamBytesMetricConfig          `mapstructure:"tokenwire.stream.bytes"`
 	TokenwireStreamChunks         TokenwireStreamChunksMetricConfig         `mapstructure:"tokenwire.stream.chunks"`
 	TokenwireTCPHandshakeFailures TokenwireTCPHandshakeFailuresMetricConfig `mapstructure:"tokenwire.tcp.handshake.failures"`
+	TokenwireXdpBytes             TokenwireXdpBytesMetricConfig             `mapstructure:"tokenwire.xdp.bytes"`
+	TokenwireXdpPackets           TokenwireXdpPacketsMetricConfig           `mapstructure:"tokenwire.xdp.packets"`
 }
 
 func DefaultMetricsConfig() MetricsConfig {
@@ -187,6 +289,16 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []TokenwireTCPHandshakeFailuresMetricAttributeKey{TokenwireTCPHandshakeFailuresMetricAttributeKeyNetworkTCPHandshakeRole, TokenwireTCPHandshakeFailuresMetricAttributeKeyErrorType, TokenwireTCPHandshakeFailuresMetricAttributeKeyServerPort, TokenwireTCPHandshakeFailuresMetricAttributeKeyNetworkType},
+		},
+		TokenwireXdpBytes: TokenwireXdpBytesMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []TokenwireXdpBytesMetricAttributeKey{TokenwireXdpBytesMetricAttributeKeyNetworkInterfaceName, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpAction, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpReason},
+		},
+		TokenwireXdpPackets: TokenwireXdpPacketsMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []TokenwireXdpPacketsMetricAttributeKey{TokenwireXdpPacketsMetricAttributeKeyNetworkInterfaceName, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpAction, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpReason},
 		},
 	}
 }

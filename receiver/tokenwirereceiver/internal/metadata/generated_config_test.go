@@ -41,6 +41,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []TokenwireTCPHandshakeFailuresMetricAttributeKey{TokenwireTCPHandshakeFailuresMetricAttributeKeyNetworkTCPHandshakeRole, TokenwireTCPHandshakeFailuresMetricAttributeKeyErrorType, TokenwireTCPHandshakeFailuresMetricAttributeKeyServerPort, TokenwireTCPHandshakeFailuresMetricAttributeKeyNetworkType},
 					},
+					TokenwireXdpBytes: TokenwireXdpBytesMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireXdpBytesMetricAttributeKey{TokenwireXdpBytesMetricAttributeKeyNetworkInterfaceName, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpAction, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpReason},
+					},
+					TokenwireXdpPackets: TokenwireXdpPacketsMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireXdpPacketsMetricAttributeKey{TokenwireXdpPacketsMetricAttributeKeyNetworkInterfaceName, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpAction, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpReason},
+					},
 				},
 				ResourceAttributes: ResourceAttributesConfig{
 					ContainerID:           ResourceAttributeConfig{Enabled: true},
@@ -69,6 +79,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []TokenwireTCPHandshakeFailuresMetricAttributeKey{TokenwireTCPHandshakeFailuresMetricAttributeKeyNetworkTCPHandshakeRole, TokenwireTCPHandshakeFailuresMetricAttributeKeyErrorType, TokenwireTCPHandshakeFailuresMetricAttributeKeyServerPort, TokenwireTCPHandshakeFailuresMetricAttributeKeyNetworkType},
 					},
+					TokenwireXdpBytes: TokenwireXdpBytesMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireXdpBytesMetricAttributeKey{TokenwireXdpBytesMetricAttributeKeyNetworkInterfaceName, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpAction, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpReason},
+					},
+					TokenwireXdpPackets: TokenwireXdpPacketsMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []TokenwireXdpPacketsMetricAttributeKey{TokenwireXdpPacketsMetricAttributeKeyNetworkInterfaceName, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpAction, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpReason},
+					},
 				},
 				ResourceAttributes: ResourceAttributesConfig{
 					ContainerID:           ResourceAttributeConfig{Enabled: false},
@@ -82,7 +102,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(TokenwireStreamBytesMetricConfig{}, TokenwireStreamChunksMetricConfig{}, TokenwireTCPHandshakeFailuresMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(TokenwireStreamBytesMetricConfig{}, TokenwireStreamChunksMetricConfig{}, TokenwireTCPHandshakeFailuresMetricConfig{}, TokenwireXdpBytesMetricConfig{}, TokenwireXdpPacketsMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -119,6 +139,30 @@ func TestTokenwireTCPHandshakeFailuresMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.tcp.handshake.failures doesn't have an attribute invalid, valid attributes: [network.tcp.handshake.role, error.type, server.port, network.type]")
 
 	cfg = DefaultMetricsConfig().TokenwireTCPHandshakeFailures
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestTokenwireXdpBytesMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().TokenwireXdpBytes
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []TokenwireXdpBytesMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.xdp.bytes doesn't have an attribute invalid, valid attributes: [network.interface.name, tokenwire.xdp.action, tokenwire.xdp.reason]")
+
+	cfg = DefaultMetricsConfig().TokenwireXdpBytes
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestTokenwireXdpPacketsMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().TokenwireXdpPackets
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []TokenwireXdpPacketsMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.xdp.packets doesn't have an attribute invalid, valid attributes: [network.interface.name, tokenwire.xdp.action, tokenwire.xdp.reason]")
+
+	cfg = DefaultMetricsConfig().TokenwireXdpPackets
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

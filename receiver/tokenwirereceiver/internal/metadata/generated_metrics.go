@@ -140,6 +140,62 @@ var MapAttributeTokenwireStreamMode = map[string]AttributeTokenwireStreamMode{
 	"opaque": AttributeTokenwireStreamModeOpaque,
 }
 
+// AttributeTokenwireXdpAction specifies the value tokenwire.xdp.action attribute.
+type AttributeTokenwireXdpAction int
+
+const (
+	_ AttributeTokenwireXdpAction = iota
+	AttributeTokenwireXdpActionPass
+	AttributeTokenwireXdpActionDrop
+)
+
+// String returns the string representation of the AttributeTokenwireXdpAction.
+func (av AttributeTokenwireXdpAction) String() string {
+	switch av {
+	case AttributeTokenwireXdpActionPass:
+		return "pass"
+	case AttributeTokenwireXdpActionDrop:
+		return "drop"
+	}
+	return ""
+}
+
+// MapAttributeTokenwireXdpAction is a helper map of string to AttributeTokenwireXdpAction attribute value.
+var MapAttributeTokenwireXdpAction = map[string]AttributeTokenwireXdpAction{
+	"pass": AttributeTokenwireXdpActionPass,
+	"drop": AttributeTokenwireXdpActionDrop,
+}
+
+// AttributeTokenwireXdpReason specifies the value tokenwire.xdp.reason attribute.
+type AttributeTokenwireXdpReason int
+
+const (
+	_ AttributeTokenwireXdpReason = iota
+	AttributeTokenwireXdpReasonBlocklist
+	AttributeTokenwireXdpReasonMalformed
+	AttributeTokenwireXdpReasonNone
+)
+
+// String returns the string representation of the AttributeTokenwireXdpReason.
+func (av AttributeTokenwireXdpReason) String() string {
+	switch av {
+	case AttributeTokenwireXdpReasonBlocklist:
+		return "blocklist"
+	case AttributeTokenwireXdpReasonMalformed:
+		return "malformed"
+	case AttributeTokenwireXdpReasonNone:
+		return "none"
+	}
+	return ""
+}
+
+// MapAttributeTokenwireXdpReason is a helper map of string to AttributeTokenwireXdpReason attribute value.
+var MapAttributeTokenwireXdpReason = map[string]AttributeTokenwireXdpReason{
+	"blocklist": AttributeTokenwireXdpReasonBlocklist,
+	"malformed": AttributeTokenwireXdpReasonMalformed,
+	"none":      AttributeTokenwireXdpReasonNone,
+}
+
 var MetricsInfo = metricsInfo{
 	TokenwireStreamBytes: metricInfo{
 		Name:       "tokenwire.stream.bytes",
@@ -153,12 +209,22 @@ var MetricsInfo = metricsInfo{
 		Name:       "tokenwire.tcp.handshake.failures",
 		Attributes: []string{"network.tcp.handshake.role", "error.type", "server.port", "network.type"},
 	},
+	TokenwireXdpBytes: metricInfo{
+		Name:       "tokenwire.xdp.bytes",
+		Attributes: []string{"network.interface.name", "tokenwire.xdp.action", "tokenwire.xdp.reason"},
+	},
+	TokenwireXdpPackets: metricInfo{
+		Name:       "tokenwire.xdp.packets",
+		Attributes: []string{"network.interface.name", "tokenwire.xdp.action", "tokenwire.xdp.reason"},
+	},
 }
 
 type metricsInfo struct {
 	TokenwireStreamBytes          metricInfo
 	TokenwireStreamChunks         metricInfo
 	TokenwireTCPHandshakeFailures metricInfo
+	TokenwireXdpBytes             metricInfo
+	TokenwireXdpPackets           metricInfo
 }
 
 type metricInfo struct {
@@ -472,6 +538,200 @@ func newMetricTokenwireTCPHandshakeFailures(cfg TokenwireTCPHandshakeFailuresMet
 	return m
 }
 
+type metricTokenwireXdpBytes struct {
+	data          pmetric.Metric                // data buffer for generated metric.
+	config        TokenwireXdpBytesMetricConfig // metric config provided by user.
+	capacity      int                           // max observed number of data points added to the metric.
+	aggDataPoints []int64                       // slice containing number of aggregated datapoints at each index
+}
+
+// init fills tokenwire.xdp.bytes metric with initial data.
+func (m *metricTokenwireXdpBytes) init() {
+	m.data.SetName("tokenwire.xdp.bytes")
+	m.data.SetDescription("Bytes of the frames the XDP filter decided on (from the Ethernet header, without FCS).")
+	m.data.SetUnit("By")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricTokenwireXdpBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, networkInterfaceNameAttributeValue string, tokenwireXdpActionAttributeValue string, tokenwireXdpReasonAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, TokenwireXdpBytesMetricAttributeKeyNetworkInterfaceName) {
+		dp.Attributes().PutStr("network.interface.name", networkInterfaceNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpAction) {
+		dp.Attributes().PutStr("tokenwire.xdp.action", tokenwireXdpActionAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireXdpBytesMetricAttributeKeyTokenwireXdpReason) {
+		dp.Attributes().PutStr("tokenwire.xdp.reason", tokenwireXdpReasonAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricTokenwireXdpBytes) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricTokenwireXdpBytes) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricTokenwireXdpBytes(cfg TokenwireXdpBytesMetricConfig) metricTokenwireXdpBytes {
+	m := metricTokenwireXdpBytes{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricTokenwireXdpPackets struct {
+	data          pmetric.Metric                  // data buffer for generated metric.
+	config        TokenwireXdpPacketsMetricConfig // metric config provided by user.
+	capacity      int                             // max observed number of data points added to the metric.
+	aggDataPoints []int64                         // slice containing number of aggregated datapoints at each index
+}
+
+// init fills tokenwire.xdp.packets metric with initial data.
+func (m *metricTokenwireXdpPackets) init() {
+	m.data.SetName("tokenwire.xdp.packets")
+	m.data.SetDescription("Frames the XDP filter decided on, by interface, action and reason. Exact, not sampled.")
+	m.data.SetUnit("{packet}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricTokenwireXdpPackets) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, networkInterfaceNameAttributeValue string, tokenwireXdpActionAttributeValue string, tokenwireXdpReasonAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, TokenwireXdpPacketsMetricAttributeKeyNetworkInterfaceName) {
+		dp.Attributes().PutStr("network.interface.name", networkInterfaceNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpAction) {
+		dp.Attributes().PutStr("tokenwire.xdp.action", tokenwireXdpActionAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, TokenwireXdpPacketsMetricAttributeKeyTokenwireXdpReason) {
+		dp.Attributes().PutStr("tokenwire.xdp.reason", tokenwireXdpReasonAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricTokenwireXdpPackets) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricTokenwireXdpPackets) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricTokenwireXdpPackets(cfg TokenwireXdpPacketsMetricConfig) metricTokenwireXdpPackets {
+	m := metricTokenwireXdpPackets{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 // MetricsBuilder provides an interface for scrapers to report metrics while taking care of all the transformations
 // required to produce metric representation defined in metadata and user config.
 type MetricsBuilder struct {
@@ -485,6 +745,8 @@ type MetricsBuilder struct {
 	metricTokenwireStreamBytes          metricTokenwireStreamBytes
 	metricTokenwireStreamChunks         metricTokenwireStreamChunks
 	metricTokenwireTCPHandshakeFailures metricTokenwireTCPHandshakeFailures
+	metricTokenwireXdpBytes             metricTokenwireXdpBytes
+	metricTokenwireXdpPackets           metricTokenwireXdpPackets
 }
 
 // MetricBuilderOption applies changes to default metrics builder.
@@ -513,6 +775,8 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricTokenwireStreamBytes:          newMetricTokenwireStreamBytes(mbc.Metrics.TokenwireStreamBytes),
 		metricTokenwireStreamChunks:         newMetricTokenwireStreamChunks(mbc.Metrics.TokenwireStreamChunks),
 		metricTokenwireTCPHandshakeFailures: newMetricTokenwireTCPHandshakeFailures(mbc.Metrics.TokenwireTCPHandshakeFailures),
+		metricTokenwireXdpBytes:             newMetricTokenwireXdpBytes(mbc.Metrics.TokenwireXdpBytes),
+		metricTokenwireXdpPackets:           newMetricTokenwireXdpPackets(mbc.Metrics.TokenwireXdpPackets),
 		resourceAttributeIncludeFilter:      make(map[string]filter.Filter),
 		resourceAttributeExcludeFilter:      make(map[string]filter.Filter),
 	}
@@ -613,6 +877,8 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricTokenwireStreamBytes.emit(ils.Metrics())
 	mb.metricTokenwireStreamChunks.emit(ils.Metrics())
 	mb.metricTokenwireTCPHandshakeFailures.emit(ils.Metrics())
+	mb.metricTokenwireXdpBytes.emit(ils.Metrics())
+	mb.metricTokenwireXdpPackets.emit(ils.Metrics())
 
 	for _, op := range options {
 		op.apply(rm)
@@ -657,6 +923,16 @@ func (mb *MetricsBuilder) RecordTokenwireStreamChunksDataPoint(ts pcommon.Timest
 // RecordTokenwireTCPHandshakeFailuresDataPoint adds a data point to tokenwire.tcp.handshake.failures metric.
 func (mb *MetricsBuilder) RecordTokenwireTCPHandshakeFailuresDataPoint(ts pcommon.Timestamp, val int64, networkTCPHandshakeRoleAttributeValue AttributeNetworkTCPHandshakeRole, errorTypeAttributeValue AttributeErrorType, serverPortAttributeValue int64, networkTypeAttributeValue AttributeNetworkType) {
 	mb.metricTokenwireTCPHandshakeFailures.recordDataPoint(mb.startTime, ts, val, networkTCPHandshakeRoleAttributeValue.String(), errorTypeAttributeValue.String(), serverPortAttributeValue, networkTypeAttributeValue.String())
+}
+
+// RecordTokenwireXdpBytesDataPoint adds a data point to tokenwire.xdp.bytes metric.
+func (mb *MetricsBuilder) RecordTokenwireXdpBytesDataPoint(ts pcommon.Timestamp, val int64, networkInterfaceNameAttributeValue string, tokenwireXdpActionAttributeValue AttributeTokenwireXdpAction, tokenwireXdpReasonAttributeValue AttributeTokenwireXdpReason) {
+	mb.metricTokenwireXdpBytes.recordDataPoint(mb.startTime, ts, val, networkInterfaceNameAttributeValue, tokenwireXdpActionAttributeValue.String(), tokenwireXdpReasonAttributeValue.String())
+}
+
+// RecordTokenwireXdpPacketsDataPoint adds a data point to tokenwire.xdp.packets metric.
+func (mb *MetricsBuilder) RecordTokenwireXdpPacketsDataPoint(ts pcommon.Timestamp, val int64, networkInterfaceNameAttributeValue string, tokenwireXdpActionAttributeValue AttributeTokenwireXdpAction, tokenwireXdpReasonAttributeValue AttributeTokenwireXdpReason) {
+	mb.metricTokenwireXdpPackets.recordDataPoint(mb.startTime, ts, val, networkInterfaceNameAttributeValue, tokenwireXdpActionAttributeValue.String(), tokenwireXdpReasonAttributeValue.String())
 }
 
 // Reset resets metrics builder to its initial state. It should be used when external metrics source is restarted,

@@ -70,6 +70,8 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap["tokenwire.stream.bytes"] = mb.metricTokenwireStreamBytes.config.AggregationStrategy
 			aggMap["tokenwire.stream.chunks"] = mb.metricTokenwireStreamChunks.config.AggregationStrategy
 			aggMap["tokenwire.tcp.handshake.failures"] = mb.metricTokenwireTCPHandshakeFailures.config.AggregationStrategy
+			aggMap["tokenwire.xdp.bytes"] = mb.metricTokenwireXdpBytes.config.AggregationStrategy
+			aggMap["tokenwire.xdp.packets"] = mb.metricTokenwireXdpPackets.config.AggregationStrategy
 
 			expectedWarnings := 0
 			if tt.metricsSet != testDataSetReag {
@@ -96,6 +98,18 @@ func TestMetricsBuilder(t *testing.T) {
 			if tt.name == "reaggregate_set" {
 				mb.RecordTokenwireTCPHandshakeFailuresDataPoint(ts, 3, AttributeNetworkTCPHandshakeRoleServer, AttributeErrorTypeTimeout, 12, AttributeNetworkTypeIpv6)
 			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordTokenwireXdpBytesDataPoint(ts, 1, "network.interface.name-val", AttributeTokenwireXdpActionPass, AttributeTokenwireXdpReasonBlocklist)
+			if tt.name == "reaggregate_set" {
+				mb.RecordTokenwireXdpBytesDataPoint(ts, 3, "network.interface.name-val-2", AttributeTokenwireXdpActionDrop, AttributeTokenwireXdpReasonMalformed)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordTokenwireXdpPacketsDataPoint(ts, 1, "network.interface.name-val", AttributeTokenwireXdpActionPass, AttributeTokenwireXdpReasonBlocklist)
+			if tt.name == "reaggregate_set" {
+				mb.RecordTokenwireXdpPacketsDataPoint(ts, 3, "network.interface.name-val-2", AttributeTokenwireXdpActionDrop, AttributeTokenwireXdpReasonMalformed)
+			}
 
 			rb := mb.NewResourceBuilder()
 			rb.SetContainerID("container.id-val")
@@ -108,6 +122,8 @@ func TestMetricsBuilder(t *testing.T) {
 				assert.Empty(t, mb.metricTokenwireStreamBytes.aggDataPoints)
 				assert.Empty(t, mb.metricTokenwireStreamChunks.aggDataPoints)
 				assert.Empty(t, mb.metricTokenwireTCPHandshakeFailures.aggDataPoints)
+				assert.Empty(t, mb.metricTokenwireXdpBytes.aggDataPoints)
+				assert.Empty(t, mb.metricTokenwireXdpPackets.aggDataPoints)
 			}
 
 			if tt.expectEmpty {
@@ -320,6 +336,114 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("server.port")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("network.type")
+						assert.False(t, ok)
+					}
+				case "tokenwire.xdp.bytes":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["tokenwire.xdp.bytes"], "Found a duplicate in the metrics slice: tokenwire.xdp.bytes")
+						validatedMetrics["tokenwire.xdp.bytes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Bytes of the frames the XDP filter decided on (from the Ethernet header, without FCS).", mi.Description())
+						assert.Equal(t, "By", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						networkInterfaceNameAttrVal, ok := dp.Attributes().Get("network.interface.name")
+						assert.True(t, ok)
+						assert.Equal(t, "network.interface.name-val", networkInterfaceNameAttrVal.Str())
+						tokenwireXdpActionAttrVal, ok := dp.Attributes().Get("tokenwire.xdp.action")
+						assert.True(t, ok)
+						assert.Equal(t, "pass", tokenwireXdpActionAttrVal.Str())
+						tokenwireXdpReasonAttrVal, ok := dp.Attributes().Get("tokenwire.xdp.reason")
+						assert.True(t, ok)
+						assert.Equal(t, "blocklist", tokenwireXdpReasonAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["tokenwire.xdp.bytes"], "Found a duplicate in the metrics slice: tokenwire.xdp.bytes")
+						validatedMetrics["tokenwire.xdp.bytes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Bytes of the frames the XDP filter decided on (from the Ethernet header, without FCS).", mi.Description())
+						assert.Equal(t, "By", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["tokenwire.xdp.bytes"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("network.interface.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("tokenwire.xdp.action")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("tokenwire.xdp.reason")
+						assert.False(t, ok)
+					}
+				case "tokenwire.xdp.packets":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["tokenwire.xdp.packets"], "Found a duplicate in the metrics slice: tokenwire.xdp.packets")
+						validatedMetrics["tokenwire.xdp.packets"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Frames the XDP filter decided on, by interface, action and reason. Exact, not sampled.", mi.Description())
+						assert.Equal(t, "{packet}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						networkInterfaceNameAttrVal, ok := dp.Attributes().Get("network.interface.name")
+						assert.True(t, ok)
+						assert.Equal(t, "network.interface.name-val", networkInterfaceNameAttrVal.Str())
+						tokenwireXdpActionAttrVal, ok := dp.Attributes().Get("tokenwire.xdp.action")
+						assert.True(t, ok)
+						assert.Equal(t, "pass", tokenwireXdpActionAttrVal.Str())
+						tokenwireXdpReasonAttrVal, ok := dp.Attributes().Get("tokenwire.xdp.reason")
+						assert.True(t, ok)
+						assert.Equal(t, "blocklist", tokenwireXdpReasonAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["tokenwire.xdp.packets"], "Found a duplicate in the metrics slice: tokenwire.xdp.packets")
+						validatedMetrics["tokenwire.xdp.packets"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Frames the XDP filter decided on, by interface, action and reason. Exact, not sampled.", mi.Description())
+						assert.Equal(t, "{packet}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["tokenwire.xdp.packets"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("network.interface.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("tokenwire.xdp.action")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("tokenwire.xdp.reason")
 						assert.False(t, ok)
 					}
 				}

@@ -25,16 +25,18 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                             metric.Meter
-	mu                                sync.Mutex
-	registrations                     []metric.Registration
-	ReceiverTokenwireMapEntries       metric.Int64ObservableGauge
-	ReceiverTokenwireProgramsAttached metric.Int64ObservableGauge
-	ReceiverTokenwireRecordsLost      metric.Int64ObservableCounter
-	ReceiverTokenwireRecordsRead      metric.Int64Counter
-	ReceiverTokenwireStreamEvictions  metric.Int64Counter
-	ReceiverTokenwireStreamsOpen      metric.Int64ObservableGauge
-	ReceiverTokenwireStreamsSkipped   metric.Int64Counter
+	meter                                metric.Meter
+	mu                                   sync.Mutex
+	registrations                        []metric.Registration
+	ReceiverTokenwireMapEntries          metric.Int64ObservableGauge
+	ReceiverTokenwireProgramsAttached    metric.Int64ObservableGauge
+	ReceiverTokenwireRecordsLost         metric.Int64ObservableCounter
+	ReceiverTokenwireRecordsRead         metric.Int64Counter
+	ReceiverTokenwireStreamEvictions     metric.Int64Counter
+	ReceiverTokenwireStreamsOpen         metric.Int64ObservableGauge
+	ReceiverTokenwireStreamsSkipped      metric.Int64Counter
+	ReceiverTokenwireXdpBlocklistEntries metric.Int64ObservableGauge
+	ReceiverTokenwireXdpReloads          metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -99,6 +101,36 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireStreamsOpenCallback(cb
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireStreamsOpen, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireStreamsOpen)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireXdpBlocklistEntriesCallback sets callback for observable ReceiverTokenwireXdpBlocklistEntries metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireXdpBlocklistEntriesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireXdpBlocklistEntries, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireXdpBlocklistEntries)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireXdpReloadsCallback sets callback for observable ReceiverTokenwireXdpReloads metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireXdpReloadsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireXdpReloads, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireXdpReloads)
 	if err != nil {
 		return err
 	}
@@ -176,6 +208,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_streams_skipped",
 		metric.WithDescription("Responses seen on watched ports that are not reported as streams, by reason: not_streamed (one body with Content-Length), no_response (the connection ended first), filtered (process not selected). [Development]"),
 		metric.WithUnit("{response}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireXdpBlocklistEntries, err = builder.meter.Int64ObservableGauge(
+		"otelcol_receiver_tokenwire_xdp_blocklist_entries",
+		metric.WithDescription("Prefixes in the XDP blocklist in force, by family (ipv4, ipv6). [Development]"),
+		metric.WithUnit("{prefix}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireXdpReloads, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_xdp_reloads",
+		metric.WithDescription("Blocklist file reloads, by result: ok, or error (the previous blocklist stays in force; the error is logged). [Development]"),
+		metric.WithUnit("{reload}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

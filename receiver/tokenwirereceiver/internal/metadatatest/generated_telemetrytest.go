@@ -126,3 +126,33 @@ func AssertEqualReceiverTokenwireStreamsSkipped(t *testing.T, tt *componenttest.
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
+
+func AssertEqualReceiverTokenwireXdpBlocklistEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_xdp_blocklist_entries",
+		Description: "Prefixes in the XDP blocklist in force, by family (ipv4, ipv6). [Development]",
+		Unit:        "{prefix}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_xdp_blocklist_entries")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverTokenwireXdpReloads(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_xdp_reloads",
+		Description: "Blocklist file reloads, by result: ok, or error (the previous blocklist stays in force; the error is logged). [Development]",
+		Unit:        "{reload}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_xdp_reloads")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
