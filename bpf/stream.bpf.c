@@ -25,7 +25,7 @@
 #include "bpf_core_read.h"
 #include "bpf_tracing.h"
 #include "bpf_endian.h"
-#include "stream.h"
+#include "tokenwire.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
