@@ -27,6 +27,7 @@
 #include "bpf_tracing.h"
 #include "bpf_endian.h"
 #include "tokenwire.h"
+#include "ringbuf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -144,7 +145,7 @@ static __always_inline void client_done(const struct sock *sk, __u16 family, int
 			e->flags = TW_HS_FAILED;
 			e->errno_ = BPF_CORE_READ(sk, sk_err);
 		}
-		bpf_ringbuf_submit(e, 0);
+		bpf_ringbuf_submit(e, submit_flags(&tw_hs_events));
 	}
 	bpf_map_delete_elem(&tw_hs_syn_sent, &key);
 }
@@ -178,7 +179,7 @@ static __always_inline void server_done(const struct sock *sk, __u16 family, int
 				e->flags = TW_HS_NO_DURATION;
 		}
 	}
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, submit_flags(&tw_hs_events));
 }
 
 static __always_inline int on_state(const struct sock *sk, int oldstate, int newstate)

@@ -77,6 +77,7 @@ const (
 	HandshakeVarUnusedTwCounter       = "unused_tw_counter"
 	HandshakeVarUnusedTwHandshakeFlag = "unused_tw_handshake_flag"
 	HandshakeVarUnusedTwRole          = "unused_tw_role"
+	HandshakeVarWakeupBytes           = "wakeup_bytes"
 )
 
 // LoadHandshake returns the embedded CollectionSpec for Handshake.
@@ -147,6 +148,7 @@ type HandshakeVariableSpecs struct {
 	UnusedTwCounter       *ebpf.VariableSpec `ebpf:"unused_tw_counter"`
 	UnusedTwHandshakeFlag *ebpf.VariableSpec `ebpf:"unused_tw_handshake_flag"`
 	UnusedTwRole          *ebpf.VariableSpec `ebpf:"unused_tw_role"`
+	WakeupBytes           *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // HandshakeObjects contains all objects after they have been loaded into the kernel.
@@ -193,6 +195,7 @@ type HandshakeVariables struct {
 	UnusedTwCounter       *ebpf.Variable `ebpf:"unused_tw_counter"`
 	UnusedTwHandshakeFlag *ebpf.Variable `ebpf:"unused_tw_handshake_flag"`
 	UnusedTwRole          *ebpf.Variable `ebpf:"unused_tw_role"`
+	WakeupBytes           *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // HandshakePrograms contains all programs after they have been loaded into the kernel.

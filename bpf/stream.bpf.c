@@ -26,6 +26,7 @@
 #include "bpf_tracing.h"
 #include "bpf_endian.h"
 #include "tokenwire.h"
+#include "ringbuf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -177,7 +178,7 @@ static __always_inline void emit_stats(const struct sock *sk, struct stream_stat
 		st->gap_counts[i] = 0;
 	}
 	fill_endpoints(r, sk);
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 	st->last_flush_ts = now;
 }
 
@@ -269,7 +270,7 @@ static __always_inline void capture_request(const struct sock *sk, struct stream
 	r->pid = bpf_get_current_pid_tgid() >> 32;
 	r->_pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 	st->req_captured += ret;
 }
 
@@ -442,7 +443,7 @@ static __always_inline void peek_response(const struct sock *sk, struct stream_s
 	r->pid = bpf_get_current_pid_tgid() >> 32;
 	r->_pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 }
 
 static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr *msg, const int typed)
@@ -528,7 +529,7 @@ static __always_inline void chunk(const struct sock *sk, struct stream_state *st
 			r->last_chunk_ts = now;
 			r->bytes = n;
 			r->chunks = st->chunks;
-			bpf_ringbuf_submit(r, 0);
+			bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 		} else {
 			count(TW_ST_COUNTER_RINGBUF_LOST);
 		}

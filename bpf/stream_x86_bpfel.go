@@ -157,6 +157,7 @@ const (
 	StreamVarUnusedTwStreamCounter = "unused_tw_stream_counter"
 	StreamVarUnusedTwStreamRecord  = "unused_tw_stream_record"
 	StreamVarUnusedTwStreamState   = "unused_tw_stream_state"
+	StreamVarWakeupBytes           = "wakeup_bytes"
 )
 
 // LoadStream returns the embedded CollectionSpec for Stream.
@@ -240,6 +241,7 @@ type StreamVariableSpecs struct {
 	UnusedTwStreamCounter *ebpf.VariableSpec `ebpf:"unused_tw_stream_counter"`
 	UnusedTwStreamRecord  *ebpf.VariableSpec `ebpf:"unused_tw_stream_record"`
 	UnusedTwStreamState   *ebpf.VariableSpec `ebpf:"unused_tw_stream_state"`
+	WakeupBytes           *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // StreamObjects contains all objects after they have been loaded into the kernel.
@@ -292,6 +294,7 @@ type StreamVariables struct {
 	UnusedTwStreamCounter *ebpf.Variable `ebpf:"unused_tw_stream_counter"`
 	UnusedTwStreamRecord  *ebpf.Variable `ebpf:"unused_tw_stream_record"`
 	UnusedTwStreamState   *ebpf.Variable `ebpf:"unused_tw_stream_state"`
+	WakeupBytes           *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // StreamPrograms contains all programs after they have been loaded into the kernel.

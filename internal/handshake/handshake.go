@@ -132,6 +132,9 @@ func (t *Tracer) open(cfg Config) (err error) {
 			return err
 		}
 	}
+	if err := spec.Variables["wakeup_bytes"].Set(probe.WakeupBytes(cfg.RingBufferBytes)); err != nil {
+		return err
+	}
 
 	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
 		return fmt.Errorf("loading handshake maps: %w", err)
@@ -173,7 +176,7 @@ func (t *Tracer) Hook() hook.Choice { return t.choice }
 // and allocates nothing.
 func (t *Tracer) Read(ev *Event) error {
 	for {
-		if err := t.reader.ReadInto(&t.record); err != nil {
+		if err := probe.ReadRing(t.reader, &t.record); err != nil {
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return ErrClosed
 			}

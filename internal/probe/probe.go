@@ -12,9 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/hook"
@@ -137,4 +140,27 @@ func CountEntries(m *ebpf.Map) (int, error) {
 		n++
 	}
 	return n, it.Err()
+}
+
+// PollInterval is how often a ring-buffer reader looks for records that
+// were submitted without a wake-up (see bpf/ringbuf.h): the longest a
+// record waits in a quiet ring.
+const PollInterval = 100 * time.Millisecond
+
+// WakeupBytes is the backlog at which the kernel wakes the reader at once:
+// a quarter of the ring, so bursts never fill it between polls.
+func WakeupBytes(ringBytes uint32) uint64 { return uint64(ringBytes / 4) }
+
+// ReadRing reads the next record from r into rec, waking every
+// PollInterval to drain records that came without a wake-up. It returns
+// ringbuf.ErrClosed (wrapped) once r is closed.
+func ReadRing(r *ringbuf.Reader, rec *ringbuf.Record) error {
+	for {
+		r.SetDeadline(time.Now().Add(PollInterval))
+		err := r.ReadInto(rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // nothing waiting; look again
+		}
+		return err
+	}
 }

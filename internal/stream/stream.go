@@ -227,6 +227,7 @@ func (t *Tracer) open(cfg Config) error {
 		"flush_ns":      uint64(cfg.FlushInterval),
 		"chunk_records": boolByte(cfg.ChunkRecords),
 		"gap_bounds_ns": bounds,
+		"wakeup_bytes":  probe.WakeupBytes(cfg.RingBufferBytes),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
@@ -314,7 +315,7 @@ func (t *Tracer) HookPoints() []HookPoint { return t.points }
 // Read blocks until the next record and decodes it into rec. It returns
 // ErrClosed after Close. Not safe for concurrent use; allocates nothing.
 func (t *Tracer) Read(rec *Record) error {
-	if err := t.reader.ReadInto(&t.record); err != nil {
+	if err := probe.ReadRing(t.reader, &t.record); err != nil {
 		if errors.Is(err, ringbuf.ErrClosed) {
 			return ErrClosed
 		}
