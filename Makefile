@@ -25,7 +25,7 @@ BUILD_INPUTS := $(shell find . \( -path ./$(BUILD_DIR) -o -path ./.git \) -prune
 	-type f \( -name '*.go' -o -name '*.o' -o -name go.mod -o -name go.sum \) -print) \
 	builder-config.yaml
 
-.PHONY: deps generate check-generated build run test validate bench clean
+.PHONY: deps generate check-generated build run test validate bench fuzz clean
 
 ## deps: install what is missing (apt packages, tracefs/bpffs mounts, ocb); idempotent
 deps: $(OCB)
@@ -91,9 +91,18 @@ validate: build
 		./$(COLLECTOR) validate --config "$$f"; \
 	done
 
-## bench: run the Go benchmarks (placeholder until the benchmark suite lands)
+## bench: Go benchmarks (decoding, XDP ns/packet) and the stream probe's accuracy and kernel cost
 bench: deps
-	go test -run '^$$' -bench . -benchmem ./...
+	go test -run '^$$' -bench . -benchmem ./internal/... ./receiver/...
+	go run ./bench/streams -streams 50 -chunks 50 -interval 20ms -think 50ms -rounds 3 -out bench/results/streams-50x50.md
+	go run ./bench/streams -streams 20 -chunks 300 -interval 2ms -think 10ms -rounds 3 -out bench/results/streams-20x300.md
+
+## fuzz: the XDP differential fuzz test (kernel program vs Go reference) and the HTTP sniffer, longer than make test
+FUZZTIME ?= 5m
+fuzz: export TOKENWIRE_REQUIRE_BPF := 1
+fuzz: deps
+	go test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./internal/xdp/
+	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./internal/httpsniff/
 
 ## clean: remove the build output (collector, ocb, generated distribution)
 clean:
