@@ -249,31 +249,42 @@ func (r *tokenwireReceiver) registerTelemetry() error {
 	if tr == nil {
 		return errors.Join(errs...)
 	}
-	attrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr))
 	hookAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("hook", string(tr.Hook().Kind))))
-	mapAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("map", "tw_hs_syn_sent")))
 	return errors.Join(append(errs,
+		r.registerRingTelemetry(handshakeAttr, "tw_hs_syn_sent",
+			func() (uint64, error) { c, err := tr.Counters(); return c.RecordsLost, err },
+			tr.TrackedSockets),
+		r.telemetry.RegisterReceiverTokenwireProgramsAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, hookAttrs)
+			return nil
+		}),
+	)...)
+}
+
+// registerRingTelemetry reports what every record-writing probe has: the
+// records its kernel side lost and the entries in its per-socket map.
+func (r *tokenwireReceiver) registerRingTelemetry(capability attribute.KeyValue, mapName string,
+	lost func() (uint64, error), entries func() (int, error)) error {
+	attrs := metric.WithAttributeSet(attribute.NewSet(capability))
+	mapAttrs := metric.WithAttributeSet(attribute.NewSet(capability, attribute.String("map", mapName)))
+	return errors.Join(
 		r.telemetry.RegisterReceiverTokenwireRecordsLostCallback(func(_ context.Context, o metric.Int64Observer) error {
-			c, err := tr.Counters()
+			n, err := lost()
 			if err != nil {
 				return err
 			}
-			o.Observe(int64(c.RecordsLost), attrs)
+			o.Observe(int64(n), attrs)
 			return nil
 		}),
 		r.telemetry.RegisterReceiverTokenwireMapEntriesCallback(func(_ context.Context, o metric.Int64Observer) error {
-			n, err := tr.TrackedSockets()
+			n, err := entries()
 			if err != nil {
 				return err
 			}
 			o.Observe(int64(n), mapAttrs)
 			return nil
 		}),
-		r.telemetry.RegisterReceiverTokenwireProgramsAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(1, hookAttrs)
-			return nil
-		}),
-	)...)
+	)
 }
 
 func (r *tokenwireReceiver) emitLoop(ctx context.Context) {

@@ -59,25 +59,10 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 
 func (r *tokenwireReceiver) registerStreamTelemetry() error {
 	tr := r.streams
-	attrs := metric.WithAttributeSet(attribute.NewSet(streamAttr))
-	mapAttrs := metric.WithAttributeSet(attribute.NewSet(streamAttr, attribute.String("map", "tw_st_socks")))
 	return errors.Join(
-		r.telemetry.RegisterReceiverTokenwireRecordsLostCallback(func(_ context.Context, o metric.Int64Observer) error {
-			c, err := tr.Counters()
-			if err != nil {
-				return err
-			}
-			o.Observe(int64(c.RecordsLost), attrs)
-			return nil
-		}),
-		r.telemetry.RegisterReceiverTokenwireMapEntriesCallback(func(_ context.Context, o metric.Int64Observer) error {
-			n, err := tr.Sockets()
-			if err != nil {
-				return err
-			}
-			o.Observe(int64(n), mapAttrs)
-			return nil
-		}),
+		r.registerRingTelemetry(streamAttr, "tw_st_socks",
+			func() (uint64, error) { c, err := tr.Counters(); return c.RecordsLost, err },
+			tr.Sockets),
 		r.telemetry.RegisterReceiverTokenwireStreamsOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(r.stStats.openCount()))
 			return nil
