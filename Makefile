@@ -93,9 +93,23 @@ validate: build
 
 ## bench: Go benchmarks (decoding, XDP ns/packet) and the stream probe's accuracy and kernel cost
 bench: deps
-	go test -run '^$$' -bench . -benchmem ./internal/... ./receiver/...
+	@mkdir -p /tmp/tokenwire-bench bench/results && date +%s > /tmp/tokenwire-bench/start
+	$(MAKE) build
+	@command -v nft >/dev/null && command -v iptables-legacy >/dev/null || { \
+		echo "bench: installing iptables nftables"; export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q; apt-get install -y -q iptables nftables; }
+	go test -run '^$$' -bench . -benchmem ./internal/... ./receiver/... | tee /tmp/tokenwire-bench/gobench.txt
+	go test -run '^$$' -bench '^BenchmarkXDP' -benchtime 2000000x -count 4 ./internal/xdp/ | tee -a /tmp/tokenwire-bench/gobench.txt
 	go run ./bench/streams -streams 50 -chunks 50 -interval 20ms -think 50ms -rounds 3 -out bench/results/streams-50x50.md
 	go run ./bench/streams -streams 20 -chunks 300 -interval 2ms -think 10ms -rounds 3 -out bench/results/streams-20x300.md
+	go build -o /tmp/tokenwire-bench/overhead ./bench/overhead
+	/tmp/tokenwire-bench/overhead -collector $(COLLECTOR) -config $(CONFIG) -streams 500 -interval 10ms -duration 12s -repeats 5 -outdir bench/results
+	go build -o /tmp/tokenwire-bench/xdpnf ./bench/xdpnf
+	/tmp/tokenwire-bench/xdpnf -duration 3s -repeats 3 -outdir bench/results
+	go run ./bench/pipeline -outdir bench/results
+	go run ./bench/report -gobench /tmp/tokenwire-bench/gobench.txt -out BENCHMARKS.md \
+		-elapsed "$$(( ($$(date +%s) - $$(cat /tmp/tokenwire-bench/start)) / 60 )) min"
+	@echo "bench: wrote BENCHMARKS.md and bench/results/"
 
 ## fuzz: the XDP differential fuzz test (kernel program vs Go reference) and the HTTP sniffer, longer than make test
 FUZZTIME ?= 5m
@@ -107,3 +121,33 @@ fuzz: deps
 ## clean: remove the build output (collector, ocb, generated distribution)
 clean:
 	rm -rf $(BUILD_DIR)
+
+# --- issue 6: tokenwire in the user's stack (e2e/, examples/, deploy/) ---
+
+# Debian's Prometheus, for the e2e test (the package's systemd service is
+# not used: the test runs its own Prometheus on a free port).
+E2E_APT_PACKAGES := prometheus
+
+.PHONY: e2e k8s-test grafana-test
+
+## e2e: end-to-end test: the built collector with config.yaml, a real Prometheus, a second collector receiving spans over OTLP, the Grafana dashboard's queries and the alert rules (root; about a minute)
+e2e: deps build k8s-test grafana-test
+	@missing=(); \
+	for p in $(E2E_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$$p"); \
+	done; \
+	if (( $${#missing[@]} )); then \
+		echo "e2e: installing $${missing[*]}"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q; \
+		apt-get install -y -q --no-install-recommends "$${missing[@]}"; \
+	fi
+	go test -tags e2e -count=1 -timeout 5m -v ./e2e/
+
+## k8s-test: decode deploy/kubernetes's manifests strictly into the Kubernetes API types and validate their collector configs (own Go module)
+k8s-test: build
+	cd deploy/kubernetes && TOKENWIRE_COLLECTOR=$(CURDIR)/$(COLLECTOR) TOKENWIRE_REQUIRE_COLLECTOR=1 go test -count=1 ./...
+
+## grafana-test: decode deploy/grafana/tokenwire.json strictly against Grafana's dashboard schema (own Go module)
+grafana-test:
+	cd deploy/grafana && go test -count=1 ./...

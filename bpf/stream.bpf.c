@@ -396,14 +396,36 @@ static __always_inline int is_terminator(const __u8 b[8])
 	return (b[1] == '\r' && b[2] == '\n') || (b[0] == 0 && b[1] == 0 && b[2] == 0);
 }
 
+static __always_inline int is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* is_done_event matches "data: [DONE]" written on its own, the end of an
+ * OpenAI-style SSE stream: bare, or framed as one chunk of a chunked body
+ * ("e\r\ndata: [DONE]\n\n\r\n", as Go's net/http and uvicorn send it). */
 static __always_inline int is_done_event(const void *base, __u64 len)
 {
-	/* "data: [DONE]" as its own write ends an OpenAI-style SSE stream. */
-	char b[12];
-	if (len < 12 || len > 16 || bpf_probe_read_user(b, sizeof(b), base))
+	char b[32] = {};
+	if (len < 12 || len > 32)
 		return 0;
-	return b[0] == 'd' && b[1] == 'a' && b[2] == 't' && b[3] == 'a' && b[4] == ':' && b[5] == ' ' &&
-	       b[6] == '[' && b[7] == 'D' && b[8] == 'O' && b[9] == 'N' && b[10] == 'E' && b[11] == ']';
+	if (bpf_probe_read_user(b, len < sizeof(b) ? len : sizeof(b), base))
+		return 0;
+	__u32 off = 0;
+	/* An optional chunk-size line: up to 4 hex digits and CRLF. */
+	if (is_hex(b[0])) {
+		if (b[1] == '\r' && b[2] == '\n')
+			off = 3;
+		else if (is_hex(b[1]) && b[2] == '\r' && b[3] == '\n')
+			off = 4;
+		else if (is_hex(b[1]) && is_hex(b[2]) && b[3] == '\r' && b[4] == '\n')
+			off = 5;
+		else if (is_hex(b[1]) && is_hex(b[2]) && is_hex(b[3]) && b[4] == '\r' && b[5] == '\n')
+			off = 6;
+	}
+	const char *d = &b[off & 7];
+	return d[0] == 'd' && d[1] == 'a' && d[2] == 't' && d[3] == 'a' && d[4] == ':' && d[5] == ' ' &&
+	       d[6] == '[' && d[7] == 'D' && d[8] == 'O' && d[9] == 'N' && d[10] == 'E' && d[11] == ']';
 }
 
 /* peek_response sends the head of the response's first write to user

@@ -404,3 +404,30 @@ func TestEveryHookType(t *testing.T) {
 		})
 	}
 }
+
+// TestDoneEventInAChunkedBody: "data: [DONE]" flushed as its own chunk of
+// a chunked body (as Go and uvicorn servers send it) ends the stream and is
+// not a chunk.
+func TestDoneEventInAChunkedBody(t *testing.T) {
+	bpftest.Require(t)
+	srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 4, headersFirst: true, done: true}
+	addr, port := serve(t, srv)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ends := completed(rec.ends(t, 1))
+	if len(ends) != 1 {
+		t.Fatalf("%d completed streams, want 1", len(ends))
+	}
+	if e := ends[0]; e.Stats.Chunks != 4 || e.Reason != EndTerminator {
+		t.Fatalf("%d chunks, end %v; want 4 chunks ended by the [DONE] event", e.Stats.Chunks, e.Reason)
+	}
+}

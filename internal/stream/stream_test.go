@@ -105,6 +105,7 @@ type sseServer struct {
 	think, interval time.Duration
 	events          int
 	headersFirst    bool // flush the headers alone before thinking
+	done            bool // end with "data: [DONE]" flushed as its own chunk
 
 	mu    sync.Mutex
 	start []time.Time   // per request: handler entry (request read)
@@ -147,6 +148,10 @@ func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A relative sleep: writes that fall behind must not catch up in
 		// bursts, which the probe would rightly count as one chunk.
 		time.Sleep(s.interval)
+	}
+	if s.done {
+		io.WriteString(w, "data: [DONE]\n\n")
+		w.(http.Flusher).Flush()
 	}
 	s.mu.Lock()
 	s.start = append(s.start, start)

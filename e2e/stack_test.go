@@ -1,0 +1,619 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// The streaming workload. Its timing is what the metrics must show.
+const (
+	streamsPort = 8000 // first of config.yaml's default streams ports (vLLM)
+	chatPath    = "/v1/chat/completions"
+
+	think    = 150 * time.Millisecond // request -> first event: the TTFT
+	interval = 20 * time.Millisecond  // between events: the chunk interval
+	events   = 10                     // events per stream: the chunks
+
+	warmStreams  = 2  // before the measured wave, so rate() has a baseline
+	mainStreams  = 20 // the measured wave, concurrent, each with a traceparent
+	plainReplies = 3  // non-streamed (Content-Length) responses: not streams
+
+	warmConnects = 5  // handshakes before the measured wave
+	mainConnects = 50 // handshakes in the measured wave
+	refused      = 5  // connects to a closed port
+
+	// Frames written into the XDP filter's veth in each wave.
+	xdpBlocked   = 7 // IPv4 from the blocklisted 198.51.100.0/24: drop, blocklist
+	xdpMalformed = 3 // IPv4 header length below 20 bytes: drop, malformed
+	xdpARP       = 4 // ARP requests: pass, none
+)
+
+// Tolerances, from the histograms' bucket bounds
+// (receiver/tokenwirereceiver/histograms.go) and from what a loaded 2-core
+// machine adds to a sleep.
+const (
+	// histogram_quantile only knows buckets: with every TTFT (150 ms plus
+	// scheduling) in the bucket (0.1, 0.25], any p50 in that bucket is
+	// right (it interpolates to 0.175 when all are there).
+	ttftBucketLow, ttftBucketHigh = 0.1, 0.25
+	// The chunk interval's bucket around 20 ms is (0.01, 0.025].
+	gapBucketLow, gapBucketHigh = 0.01, 0.025
+	// The sums are exact kernel timings, so means are checked tighter:
+	// never below the server's sleep, and at most this much above it.
+	lateSlack = 40 * time.Millisecond
+	// Mean interval: the server schedules events on a fixed grid, so the
+	// mean interval is within a few ms of 20 ms either way.
+	gapSlack = 3 * time.Millisecond
+	// Handshakes on loopback take tens of microseconds; 5 ms is far above
+	// that and far below a retransmission (1 s).
+	loopbackHandshakeMax = 0.005
+	// A kernel-measured slow handshake vs. the client's own connect() time.
+	slowSlack = 50 * time.Millisecond
+)
+
+// TestStack runs tokenwire the way a user adopts it and checks what lands
+// in Prometheus, in a trace backend, in the Grafana dashboard's queries and
+// in the alert rules, against a workload with known timing.
+func TestStack(t *testing.T) {
+	began := time.Now()
+	if os.Geteuid() != 0 {
+		t.Fatal("the e2e test loads BPF programs through the collector: run it as root (make e2e)")
+	}
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	collectorBin := lookBin(t, "TOKENWIRE_COLLECTOR", filepath.Join(repo, "_build", "tokenwire"), "build it with `make build`")
+	promBin := lookBin(t, "TOKENWIRE_PROMETHEUS", "prometheus", "install Debian's prometheus package (`make e2e` does)")
+	rulesFile := filepath.Join(repo, "examples", "prometheus", "alerts.yaml")
+	dashboard := filepath.Join(repo, "deploy", "grafana", "tokenwire.json")
+
+	// The default config.yaml's fixed ports, and the streams port.
+	requirePortsFree(t, map[int]string{
+		streamsPort: "the test's streaming server",
+		8888:        "collector self-telemetry",
+		8889:        "prometheus exporter",
+		13133:       "health_check",
+	})
+	dir := t.TempDir()
+
+	// The streaming server first: connections made before the probe is
+	// attached would be missed, none are made before.
+	server := &sseServer{think: think, interval: interval, events: events}
+	stopServer, err := server.serve(fmt.Sprintf("127.0.0.1:%d", streamsPort))
+	if err != nil {
+		t.Fatalf("streaming server: %v", err)
+	}
+	t.Cleanup(stopServer)
+	chatURL := fmt.Sprintf("http://127.0.0.1:%d%s", streamsPort, chatPath)
+
+	// The XDP filter's interface: the test's own veth pair.
+	xl := newXDPLink(t)
+
+	// The trace backend: a second collector, OTLP in, JSON file out.
+	otlpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	spansFile := filepath.Join(dir, "spans.json")
+	env := []string{"TOKENWIRE_E2E_OTLP_ENDPOINT=" + otlpAddr, "TOKENWIRE_E2E_SPANS_FILE=" + spansFile,
+		"TOKENWIRE_E2E_XDP_IF=" + xl.rootIf}
+	sink := startProc(t, dir, "sink-collector", env, collectorBin, "--config", filepath.Join(repo, "e2e", "testdata", "sink.yaml"))
+	sink.waitReady(t, 30*time.Second, "OTLP listener", tcpListening(otlpAddr))
+
+	// The collector under test: config.yaml as shipped, plus a traces
+	// exporter to the sink and the XDP filter on the test's veth
+	// (testdata/traces-overlay.yaml).
+	collector := startProc(t, dir, "collector", env, collectorBin,
+		"--config", filepath.Join(repo, "config.yaml"),
+		"--config", filepath.Join(repo, "e2e", "testdata", "traces-overlay.yaml"))
+	collector.waitReady(t, 60*time.Second, "healthy health_check", httpOK("http://127.0.0.1:13133/"))
+
+	prom := startPrometheus(t, dir, promBin, rulesFile)
+	prom.waitValue(t, `sum(up{job=~"tokenwire|tokenwire-self"})`, 2, 30*time.Second)
+	t.Logf("stack up after %s", time.Since(began).Round(time.Millisecond))
+
+	// A model name unique to this run: every stream series the test
+	// checks carries it, so nothing else on the host can change them.
+	model := "e2e-" + randomHex(4)
+	byModel := selector("gen_ai_request_model", model)
+
+	// Handshake targets: a listener that accepts and closes, and a port
+	// nothing listens on.
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { listener.Close() })
+	go acceptAndClose(listener)
+	lport := listener.Addr().(*net.TCPAddr).Port
+	refusedPort := freePort(t)
+
+	// Warm-up: the series exist before the measured wave, as they would in
+	// a running system, so that rate() and increase() see the wave (a
+	// series' first sample is not an increase).
+	warm, err := chatMany(chatURL, model, warmStreams, true, false)
+	if err != nil {
+		t.Fatalf("warm-up streams: %v", err)
+	}
+	checkClientSaw(t, warm)
+	if err := connectN(listener.Addr().String(), warmConnects); err != nil {
+		t.Fatalf("warm-up connects: %v", err)
+	}
+	xl.send(t, xdpBlocked, xdpMalformed, xdpARP)
+	xdpSel := func(action, reason string) string {
+		return selector("network_interface_name", xl.rootIf, "tokenwire_xdp_action", action, "tokenwire_xdp_reason", reason)
+	}
+	prom.waitValue(t, "sum(gen_ai_server_time_to_first_token_seconds_count"+byModel+")", warmStreams, 30*time.Second)
+	prom.waitValue(t, "sum(tokenwire_tcp_handshake_duration_seconds_count"+
+		selector("network_tcp_handshake_role", "client", "server_port", strconv.Itoa(lport))+")", warmConnects, 30*time.Second)
+	prom.waitValue(t, "sum(tokenwire_xdp_packets_total"+xdpSel("drop", "blocklist")+")", xdpBlocked, 30*time.Second)
+	t.Logf("warm-up visible in Prometheus after %s", time.Since(began).Round(time.Millisecond))
+
+	// The measured wave, all at once.
+	var (
+		wg                sync.WaitGroup
+		mainRes           []streamResult
+		mainErr, plainErr error
+		connErr, refErr   error
+		slowPort          int
+		slowDur           time.Duration
+		slowErr           error
+		plainRes          []streamResult
+		waveStart         = time.Now()
+		refusedAddr       = "127.0.0.1:" + strconv.Itoa(refusedPort)
+		listenerAddr      = listener.Addr().String()
+	)
+	wg.Go(func() { mainRes, mainErr = chatMany(chatURL, model, mainStreams, true, true) })
+	wg.Go(func() { plainRes, plainErr = chatMany(chatURL, model, plainReplies, false, false) })
+	wg.Go(func() { connErr = connectN(listenerAddr, mainConnects) })
+	wg.Go(func() { refErr = connectRefused(refusedAddr, refused) })
+	wg.Go(func() { slowPort, slowDur, slowErr = slowHandshake() })
+	xl.send(t, xdpBlocked, xdpMalformed, xdpARP)
+	wg.Wait()
+	for what, err := range map[string]error{"streams": mainErr, "plain replies": plainErr,
+		"connects": connErr, "refused connects": refErr, "slow handshake": slowErr} {
+		if err != nil {
+			t.Fatalf("measured wave: %s: %v", what, err)
+		}
+	}
+	checkClientSaw(t, mainRes)
+	for _, r := range plainRes {
+		if r.Status != 200 {
+			t.Fatalf("plain reply: status %d", r.Status)
+		}
+	}
+	t.Logf("measured wave took %s; slow handshake %s (client side)", time.Since(waveStart).Round(time.Millisecond), slowDur.Round(time.Millisecond))
+
+	totalStreams := warmStreams + mainStreams
+	prom.waitValue(t, "sum(gen_ai_server_time_to_first_token_seconds_count"+byModel+")", float64(totalStreams), 30*time.Second)
+	prom.waitValue(t, "sum(tokenwire_tcp_handshake_duration_seconds_count"+
+		selector("network_tcp_handshake_role", "client", "server_port", strconv.Itoa(lport))+")", warmConnects+mainConnects, 30*time.Second)
+	prom.waitValue(t, "sum(tokenwire_tcp_handshake_failures_total"+
+		selector("server_port", strconv.Itoa(refusedPort))+")", refused, 30*time.Second)
+	prom.waitValue(t, "sum(tokenwire_tcp_handshake_duration_seconds_count"+
+		selector("network_tcp_handshake_role", "client", "server_port", strconv.Itoa(slowPort))+")", 2, 30*time.Second)
+	prom.waitValue(t, `sum(otelcol_receiver_tokenwire_streams_skipped{reason="not_streamed"})`, plainReplies, 30*time.Second)
+	prom.waitValue(t, "sum(tokenwire_xdp_packets_total"+xdpSel("drop", "blocklist")+")", 2*xdpBlocked, 30*time.Second)
+	t.Logf("measured wave visible in Prometheus after %s", time.Since(began).Round(time.Millisecond))
+
+	// Grafana's $__rate_interval for a panel showing the whole test: the
+	// window reaches back before the warm-up's first sample.
+	window := time.Since(began).Round(time.Second) + 30*time.Second
+	// A few more scrapes, so the last value is in more than one sample.
+	time.Sleep(2 * time.Second)
+
+	t.Run("streams", func(t *testing.T) {
+		checkStreams(t, prom, byModel, totalStreams, server.streamBytes(), window)
+	})
+	t.Run("handshakes", func(t *testing.T) {
+		checkHandshakes(t, prom, lport, refusedPort, slowPort, slowDur, totalStreams+plainReplies)
+	})
+	t.Run("xdp", func(t *testing.T) {
+		checkXDP(t, prom, xl.rootIf, xdpSel)
+	})
+	t.Run("self-telemetry", func(t *testing.T) {
+		checkSelfTelemetry(t, prom)
+	})
+	t.Run("dashboard", func(t *testing.T) {
+		checkDashboard(t, prom, dashboard, window)
+	})
+	t.Run("alert rules", func(t *testing.T) {
+		checkRules(t, prom, promBin, rulesFile)
+	})
+	t.Run("traces", func(t *testing.T) {
+		checkTraces(t, spansFile, model, warm, mainRes, server.streamBytes())
+	})
+	t.Logf("e2e checks done after %s", time.Since(began).Round(time.Millisecond))
+}
+
+// checkClientSaw fails unless every stream delivered all its events and
+// [DONE] to the client: otherwise the workload, not tokenwire, is broken.
+func checkClientSaw(t *testing.T, rs []streamResult) {
+	t.Helper()
+	for i, r := range rs {
+		if r.Status != 200 || r.Events != events || !r.Done {
+			t.Fatalf("stream %d: status %d, %d events, done %v; want 200, %d events, done", i, r.Status, r.Events, r.Done, events)
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// within checks lo <= got <= hi.
+func within(t *testing.T, what string, got, lo, hi float64) {
+	t.Helper()
+	if math.IsNaN(got) || got < lo || got > hi {
+		t.Errorf("%s = %.6g, want within [%.6g, %.6g]", what, got, lo, hi)
+	} else {
+		t.Logf("%s = %.6g (want [%.6g, %.6g])", what, got, lo, hi)
+	}
+}
+
+// equal checks got == want for counts.
+func equal(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	} else {
+		t.Logf("%s = %v", what, got)
+	}
+}
+
+// value runs a single-sample query, failing the test on error.
+func value(t *testing.T, prom *promClient, expr string) float64 {
+	t.Helper()
+	v, err := prom.scalar(expr)
+	if err != nil {
+		t.Errorf("%v", err)
+		return math.NaN()
+	}
+	return v
+}
+
+func checkStreams(t *testing.T, prom *promClient, byModel string, streams, bytesPerStream int, window time.Duration) {
+	n := float64(streams)
+	w := fmt.Sprintf("[%ds]", int(window.Seconds()))
+
+	// One series per metric, with the attributes of our requests.
+	series, err := prom.query("gen_ai_server_time_to_first_token_seconds_count" + byModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(series) != 1 {
+		t.Fatalf("TTFT series for our model: %d, want 1: %v", len(series), series)
+	}
+	for k, want := range map[string]string{
+		"server_port": strconv.Itoa(streamsPort), "http_request_method": "POST",
+		"url_path": chatPath, "tokenwire_stream_mode": "http", "job": "tokenwire",
+	} {
+		if got := series[0].Metric[k]; got != want {
+			t.Errorf("TTFT series label %s = %q, want %q", k, got, want)
+		}
+	}
+
+	// Counts are exact: one TTFT and one duration per stream, events
+	// chunks and events-1 intervals per stream, bytes as written. The plain
+	// (Content-Length) replies to the same model are not in any of them.
+	equal(t, "streams (TTFT count)", value(t, prom, "sum(gen_ai_server_time_to_first_token_seconds_count"+byModel+")"), n)
+	equal(t, "streams (duration count)", value(t, prom, "sum(gen_ai_server_request_duration_seconds_count"+byModel+")"), n)
+	chunks := value(t, prom, "sum(tokenwire_stream_chunks_total"+byModel+")")
+	equal(t, "chunks", chunks, n*events)
+	if chunks == n*(events+1) {
+		t.Errorf("chunks: one extra per stream: the chunk-framed `data: [DONE]` event (%q) was counted "+
+			"as a chunk; the README says it ends the stream and is not a chunk", chunkFramed(doneEvent))
+	}
+	equal(t, "chunk intervals", value(t, prom, "sum(tokenwire_stream_chunk_interval_seconds_count"+byModel+")"), n*(events-1))
+	equal(t, "body bytes", value(t, prom, "sum(tokenwire_stream_bytes_total"+byModel+")"), n*float64(bytesPerStream))
+
+	// Quantiles the way a user writes them: over increase() of the buckets
+	// in a window that covers the measured wave.
+	within(t, "TTFT p50 (histogram_quantile)", value(t, prom,
+		"histogram_quantile(0.5, sum by (le) (increase(gen_ai_server_time_to_first_token_seconds_bucket"+byModel+w+")))"),
+		ttftBucketLow, ttftBucketHigh)
+	within(t, "chunk interval p50 (histogram_quantile)", value(t, prom,
+		"histogram_quantile(0.5, sum by (le) (increase(tokenwire_stream_chunk_interval_seconds_bucket"+byModel+w+")))"),
+		gapBucketLow, gapBucketHigh)
+	// Every TTFT is in the think time's bucket, every interval in 20 ms's.
+	equal(t, "TTFTs in (0.1, 0.25]", value(t, prom,
+		`sum(gen_ai_server_time_to_first_token_seconds_bucket`+mergeSel(byModel, `le="0.25"`)+`) - sum(gen_ai_server_time_to_first_token_seconds_bucket`+mergeSel(byModel, `le="0.1"`)+`)`), n)
+
+	// Means from _sum/_count are exact kernel timings.
+	within(t, "TTFT mean (s)", value(t, prom,
+		"sum(gen_ai_server_time_to_first_token_seconds_sum"+byModel+") / sum(gen_ai_server_time_to_first_token_seconds_count"+byModel+")"),
+		think.Seconds(), (think + lateSlack).Seconds())
+	within(t, "chunk interval mean (s)", value(t, prom,
+		"sum(tokenwire_stream_chunk_interval_seconds_sum"+byModel+") / sum(tokenwire_stream_chunk_interval_seconds_count"+byModel+")"),
+		(interval - gapSlack).Seconds(), (interval + gapSlack).Seconds())
+	// A stream ends with data: [DONE], one interval after the last event.
+	wantDur := think + events*interval
+	within(t, "stream duration mean (s)", value(t, prom,
+		"sum(gen_ai_server_request_duration_seconds_sum"+byModel+") / sum(gen_ai_server_request_duration_seconds_count"+byModel+")"),
+		wantDur.Seconds(), (wantDur + lateSlack).Seconds())
+}
+
+// mergeSel adds a matcher to a {..} selector.
+func mergeSel(sel, matcher string) string {
+	return strings.TrimSuffix(sel, "}") + "," + matcher + "}"
+}
+
+func checkHandshakes(t *testing.T, prom *promClient, lport, refusedPort, slowPort int, slowDur time.Duration, httpConns int) {
+	hs := func(role string, port int) string {
+		return selector("network_tcp_handshake_role", role, "server_port", strconv.Itoa(port))
+	}
+	n := float64(warmConnects + mainConnects)
+	equal(t, "client handshakes to the listener", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_count"+hs("client", lport)+")"), n)
+	equal(t, "server handshakes on the listener", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_count"+hs("server", lport)+")"), n)
+	// Keep-alive is off: one handshake per HTTP request, on both sides.
+	equal(t, "client handshakes to :8000", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_count"+hs("client", streamsPort)+")"), float64(httpConns))
+	equal(t, "server handshakes on :8000", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_count"+hs("server", streamsPort)+")"), float64(httpConns))
+	for _, role := range []string{"client", "server"} {
+		within(t, role+" handshake p50 on loopback (s)", value(t, prom,
+			"histogram_quantile(0.5, sum by (le) (tokenwire_tcp_handshake_duration_seconds_bucket"+hs(role, lport)+"))"),
+			0, loopbackHandshakeMax)
+	}
+	equal(t, "refused handshakes", value(t, prom, "sum(tokenwire_tcp_handshake_failures_total"+
+		selector("network_tcp_handshake_role", "client", "error_type", "refused", "server_port", strconv.Itoa(refusedPort))+")"), refused)
+
+	// The slow listener: one fast handshake and one that waited for a SYN
+	// retransmission; the kernel's time for it matches the client's.
+	slowSel := hs("client", slowPort)
+	equal(t, "handshakes to the slow listener", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_count"+slowSel+")"), 2)
+	equal(t, "of which under 0.5 s", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_bucket"+mergeSel(slowSel, `le="0.5"`)+")"), 1)
+	// The sum holds the slow one plus a loopback handshake (microseconds).
+	within(t, "slow handshake, kernel-measured (s)", value(t, prom, "sum(tokenwire_tcp_handshake_duration_seconds_sum"+slowSel+")"),
+		(slowDur - slowSlack).Seconds(), (slowDur + slowSlack).Seconds())
+}
+
+// checkXDP checks the XDP filter's counts for the frames both waves wrote
+// into its veth: exact, per action and reason.
+func checkXDP(t *testing.T, prom *promClient, ifname string, sel func(action, reason string) string) {
+	for _, c := range []struct {
+		action, reason string
+		frames         int
+	}{
+		{"drop", "blocklist", 2 * xdpBlocked},
+		{"drop", "malformed", 2 * xdpMalformed},
+		{"pass", "none", 2 * xdpARP},
+	} {
+		equal(t, "XDP packets "+c.action+"/"+c.reason, value(t, prom, "sum(tokenwire_xdp_packets_total"+sel(c.action, c.reason)+")"), float64(c.frames))
+		equal(t, "XDP bytes "+c.action+"/"+c.reason, value(t, prom, "sum(tokenwire_xdp_bytes_total"+sel(c.action, c.reason)+")"), float64(c.frames*frameLen))
+	}
+	equal(t, "XDP programs attached", value(t, prom, "sum(otelcol_receiver_tokenwire_programs_attached"+
+		selector("capability", "xdp", "interface", ifname)+")"), 1)
+	equal(t, "XDP blocklist entries (ipv4)", value(t, prom, `sum(otelcol_receiver_tokenwire_xdp_blocklist_entries{family="ipv4"})`), 1)
+}
+
+func checkSelfTelemetry(t *testing.T, prom *promClient) {
+	for _, c := range []string{"handshake", "stream"} {
+		sel := selector("capability", c)
+		equal(t, "records lost ("+c+")", value(t, prom, "sum(otelcol_receiver_tokenwire_records_lost"+sel+")"), 0)
+		if v := value(t, prom, "sum(otelcol_receiver_tokenwire_records_read"+sel+")"); !(v > 0) {
+			t.Errorf("records read (%s) = %v, want > 0", c, v)
+		}
+		if _, err := prom.scalar("sum(otelcol_receiver_tokenwire_map_entries" + sel + ")"); err != nil {
+			t.Errorf("map entries (%s): %v", c, err)
+		}
+	}
+	equal(t, "handshake programs attached", value(t, prom, `sum(otelcol_receiver_tokenwire_programs_attached{capability="handshake"})`), 1)
+	// This kernel (shared/KERNEL.md) attaches every stream hook point.
+	equal(t, "stream hook points attached", value(t, prom, `count(otelcol_receiver_tokenwire_programs_attached{capability="stream"})`), 5)
+	equal(t, "streams open after the workload", value(t, prom, "sum(otelcol_receiver_tokenwire_streams_open)"), 0)
+	equal(t, "non-streamed replies skipped", value(t, prom, `sum(otelcol_receiver_tokenwire_streams_skipped{reason="not_streamed"})`), plainReplies)
+	if s, err := prom.query("otelcol_receiver_tokenwire_stream_evictions"); err != nil || hasData(s) && s[0].Value != 0 {
+		t.Errorf("stream evictions: %v %v, want none", s, err)
+	}
+}
+
+// checkDashboard runs every PromQL expression of the Grafana dashboard:
+// each must parse and return data for the test's workload (the XDP panels
+// too: the overlay config puts the filter on the test's veth).
+func checkDashboard(t *testing.T, prom *promClient, path string, window time.Duration) {
+	queries, err := dashboardQueries(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queries) < 10 {
+		t.Fatalf("%s: only %d queries found", path, len(queries))
+	}
+	for _, q := range queries {
+		expr, err := grafanaExpr(q.Expr, window)
+		if err != nil {
+			t.Errorf("panel %q %s: %v", q.Panel, q.RefID, err)
+			continue
+		}
+		res, err := prom.query(expr)
+		switch {
+		case err != nil:
+			t.Errorf("panel %q %s: %v\n  %s", q.Panel, q.RefID, err, expr)
+		case !hasData(res):
+			t.Errorf("panel %q %s: no data: %v\n  %s", q.Panel, q.RefID, res, expr)
+		default:
+			t.Logf("panel %q %s: %d series", q.Panel, q.RefID, len(res))
+		}
+	}
+}
+
+// checkRules checks the example alert rules with promtool and in the
+// running Prometheus: loaded, evaluated without error, none firing or
+// pending on a healthy collector.
+func checkRules(t *testing.T, prom *promClient, promBin, rulesFile string) {
+	promtool := filepath.Join(filepath.Dir(promBin), "promtool")
+	for _, args := range [][]string{
+		{"check", "rules", rulesFile},
+		{"check", "config", filepath.Join(filepath.Dir(rulesFile), "prometheus.yml")},
+	} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		groups, err := prom.rules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var problems, notYet []string
+		rules := 0
+		for _, g := range groups {
+			for _, r := range g.Rules {
+				rules++
+				switch {
+				case r.LastEvaluation.IsZero() || r.Health == "unknown":
+					notYet = append(notYet, r.Name)
+				case r.Health != "ok":
+					problems = append(problems, fmt.Sprintf("%s: health %s: %s", r.Name, r.Health, r.LastError))
+				case r.Type == "alerting" && r.State != "inactive":
+					problems = append(problems, fmt.Sprintf("%s: %s on a healthy collector", r.Name, r.State))
+				}
+			}
+		}
+		if rules == 0 {
+			t.Fatalf("Prometheus loaded no rules from %s", rulesFile)
+		}
+		if len(notYet) == 0 || time.Now().After(deadline) {
+			for _, p := range append(problems, notYet...) {
+				t.Error(p)
+			}
+			t.Logf("%d rules evaluated", rules)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkTraces reads the spans the sink collector received over OTLP and
+// checks each stream's span: name, kind, attributes, timing, and the trace
+// context from the request's traceparent.
+func checkTraces(t *testing.T, spansFile, model string, warm, main []streamResult, bytesPerStream int) {
+	ours := func(s exportedSpan) bool { return attrStr(s.Span.Attributes(), "gen_ai.request.model") == model }
+	spans := waitSpans(t, spansFile, len(warm)+len(main), 30*time.Second, ours)
+
+	byTrace := map[pcommon.TraceID]streamResult{}
+	byPort := map[int64]streamResult{}
+	for _, r := range main {
+		byTrace[r.TP.TraceID] = r
+	}
+	for _, r := range append(append([]streamResult{}, warm...), main...) {
+		byPort[int64(r.LocalPort)] = r
+	}
+	exe, _ := os.Executable()
+	// One error per kind of problem, not one per span: 22 spans with the
+	// same wrong attribute are one finding.
+	problems := map[string][]string{}
+	var order []string
+	bad := func(span, format string, args ...any) {
+		p := fmt.Sprintf(format, args...)
+		if _, ok := problems[p]; !ok {
+			order = append(order, p)
+		}
+		problems[p] = append(problems[p], span)
+	}
+	defer func() {
+		for _, p := range order {
+			t.Errorf("%d of %d spans: %s (first: %s)", len(problems[p]), len(spans), p, problems[p][0])
+		}
+	}()
+	seenTrace := map[pcommon.TraceID]bool{}
+	roots := 0
+	for _, es := range spans {
+		sp, a := es.Span, es.Span.Attributes()
+		name := fmt.Sprintf("span %s (client port %d)", sp.SpanID(), attrInt(a, "client.port"))
+		if got, want := sp.Name(), "POST "+chatPath; got != want {
+			bad(name, "name %q, want %q", got, want)
+		}
+		if sp.Kind() != ptrace.SpanKindServer {
+			bad(name, "kind %s, want Server", sp.Kind())
+		}
+		for k, want := range map[string]string{
+			"http.request.method": "POST", "url.path": chatPath, "client.address": "127.0.0.1",
+			"tokenwire.stream.mode": "http", "tokenwire.stream.end_reason": "terminator",
+		} {
+			if got := attrStr(a, k); got != want {
+				bad(name, "%s = %q, want %q", k, got, want)
+			}
+		}
+		for k, want := range map[string]int64{
+			"http.response.status_code": 200, "server.port": streamsPort,
+			"tokenwire.stream.chunks": events, "tokenwire.stream.bytes": int64(bytesPerStream),
+		} {
+			if got := attrInt(a, k); got != want {
+				bad(name, "%s = %d, want %d", k, got, want)
+			}
+		}
+		ttfc := attrDouble(a, "gen_ai.response.time_to_first_chunk")
+		if ttfc < think.Seconds() || ttfc > (think+lateSlack).Seconds() {
+			bad(name, "gen_ai.response.time_to_first_chunk = %v, want [%v, %v]", ttfc, think.Seconds(), (think + lateSlack).Seconds())
+		}
+		if mx := attrDouble(a, "tokenwire.stream.chunk.interval.max"); mx < (interval-gapSlack).Seconds() || mx > (interval+lateSlack).Seconds() {
+			bad(name, "tokenwire.stream.chunk.interval.max = %v, want [%v, %v]", mx, (interval - gapSlack).Seconds(), (interval + lateSlack).Seconds())
+		}
+		dur := sp.EndTimestamp().AsTime().Sub(sp.StartTimestamp().AsTime())
+		if wantDur := think + events*interval; dur < wantDur || dur > wantDur+lateSlack {
+			bad(name, "duration %s, want [%s, %s]", dur, wantDur, wantDur+lateSlack)
+		}
+		if ev := sp.Events(); ev.Len() != 1 || ev.At(0).Name() != "first_chunk" {
+			bad(name, "%d events, want one first_chunk", ev.Len())
+		} else if at := ev.At(0).Timestamp().AsTime().Sub(sp.StartTimestamp().AsTime()); math.Abs(at.Seconds()-ttfc) > 1e-6 {
+			bad(name, "first_chunk event %s after the start, time_to_first_chunk says %vs", at, ttfc)
+		}
+		// The resource is the process that wrote the stream: this test.
+		if got := es.Resource.AsRaw()["process.pid"]; got != int64(os.Getpid()) {
+			bad(name, "resource process.pid = %v, want %d (this test process)", got, os.Getpid())
+		}
+		if got, want := attrStr(es.Resource, "process.executable.name"), filepath.Base(exe); got != want {
+			bad(name, "resource process.executable.name = %q, want %q", got, want)
+		}
+		// The client port ties the span to the request that made it.
+		req, ok := byPort[attrInt(a, "client.port")]
+		if !ok {
+			bad(name, "client.port matches no request of the test")
+			continue
+		}
+		if req.TP == nil {
+			// No traceparent: a root span in a trace of its own.
+			roots++
+			if !sp.ParentSpanID().IsEmpty() || sp.TraceID().IsEmpty() {
+				bad(name, "request without traceparent: parent %s, trace %s; want a root span with a trace ID", sp.ParentSpanID(), sp.TraceID())
+			}
+			continue
+		}
+		if sp.TraceID() != pcommon.TraceID(req.TP.TraceID) {
+			bad(name, "trace ID %s, want %s from the request's traceparent", sp.TraceID(), pcommon.TraceID(req.TP.TraceID))
+		}
+		if sp.ParentSpanID() != pcommon.SpanID(req.TP.SpanID) {
+			bad(name, "parent span ID %s, want the caller's span %s", sp.ParentSpanID(), pcommon.SpanID(req.TP.SpanID))
+		}
+		if sp.SpanID().IsEmpty() || sp.SpanID() == pcommon.SpanID(req.TP.SpanID) {
+			bad(name, "span ID %s must be new (caller's %s)", sp.SpanID(), pcommon.SpanID(req.TP.SpanID))
+		}
+		if seenTrace[sp.TraceID()] {
+			bad(name, "a second span in trace %s", sp.TraceID())
+		}
+		seenTrace[sp.TraceID()] = true
+	}
+	if roots != len(warm) {
+		t.Errorf("%d root spans, want %d (the requests without traceparent)", roots, len(warm))
+	}
+	if len(seenTrace) != len(byTrace) {
+		t.Errorf("spans joined %d of the %d callers' traces", len(seenTrace), len(byTrace))
+	}
+	t.Logf("%d spans checked (%d joined callers' traces, %d roots)", len(spans), len(seenTrace), roots)
+}

@@ -1,0 +1,340 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// sseServer is an OpenAI-style chat completions endpoint with known timing:
+// a streamed request (`"stream": true`) gets its response head at once,
+// then, after think, events SSE events interval apart (at least: sleeps are
+// relative), then `data: [DONE]` one interval later. A request with `"stream": false` gets one JSON body with
+// a Content-Length, which tokenwire must not count as a stream.
+type sseServer struct {
+	think    time.Duration
+	interval time.Duration
+	events   int
+}
+
+// chatRequest is the part of an OpenAI chat request the server reads.
+type chatRequest struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// eventPayload is the i-th SSE event, the same length for every i so the
+// byte count per stream is known exactly.
+func eventPayload(i int) string {
+	return fmt.Sprintf("data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%03d\"}}]}\n\n", i)
+}
+
+// doneEvent ends an OpenAI-style stream; tokenwire treats it as the end,
+// not as a chunk.
+const doneEvent = "data: [DONE]\n\n"
+
+// chunkedSize is how many bytes one Write+Flush of n bytes puts on the wire
+// in an HTTP/1.1 chunked body: "<hex n>\r\n" + data + "\r\n". tokenwire
+// counts body bytes as written, framing included.
+func chunkedSize(n int) int {
+	return len(strconv.FormatInt(int64(n), 16)) + 2 + n + 2
+}
+
+// chunkFramed is data as one chunk of a chunked body.
+func chunkFramed(data string) string {
+	return strconv.FormatInt(int64(len(data)), 16) + "\r\n" + data + "\r\n"
+}
+
+// streamBytes is tokenwire.stream.bytes for one of our streams: every body
+// byte written after the response head up to the end of the stream,
+// chunked framing included: the events' chunks and the [DONE] event's
+// chunk. The [DONE] write ends the stream (it is not a chunk, but its bytes
+// are body bytes as written); the last-chunk "0\r\n\r\n" that net/http
+// writes afterwards, when the handler returns, is past the end.
+func (s *sseServer) streamBytes() int {
+	total := chunkedSize(len(doneEvent))
+	for i := range s.events {
+		total += chunkedSize(len(eventPayload(i)))
+	}
+	return total
+}
+
+func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !req.Stream {
+		resp := []byte(`{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}`)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
+		_, _ = w.Write(resp)
+		return
+	}
+	fl := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	// The head goes out before the think time, as inference servers do:
+	// TTFT must then measure the first event, not the head.
+	fl.Flush()
+	// Sleeps are relative: a server that fell behind and caught up would
+	// write two events within streams.coalesce, which tokenwire rightly
+	// reports as one chunk (a burst), and the exact counts below would not
+	// hold for a reason that is the workload's, not tokenwire's.
+	time.Sleep(s.think)
+	for i := range s.events {
+		if i > 0 {
+			time.Sleep(s.interval)
+		}
+		if _, err := io.WriteString(w, eventPayload(i)); err != nil {
+			return
+		}
+		fl.Flush()
+	}
+	time.Sleep(s.interval)
+	_, _ = io.WriteString(w, doneEvent)
+	fl.Flush()
+}
+
+// serve starts the server on addr and returns a function that stops it.
+func (s *sseServer) serve(addr string) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// traceParent is a W3C trace context as a caller would send it.
+type traceParent struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+}
+
+func newTraceParent() traceParent {
+	var tp traceParent
+	_, _ = rand.Read(tp.TraceID[:])
+	_, _ = rand.Read(tp.SpanID[:])
+	return tp
+}
+
+// header is the traceparent header value (version 00, sampled).
+func (tp traceParent) header() string {
+	return "00-" + hex.EncodeToString(tp.TraceID[:]) + "-" + hex.EncodeToString(tp.SpanID[:]) + "-01"
+}
+
+// streamResult is what the client saw of one request.
+type streamResult struct {
+	LocalPort int           // the client's port: client.port on the span
+	Events    int           // data events before [DONE]
+	Done      bool          // saw data: [DONE]
+	TTFT      time.Duration // request written -> first event read, client side
+	Status    int
+	TP        *traceParent // sent, if any
+}
+
+// chatClient sends one request per connection (keep-alive off), so that
+// every request is exactly one TCP handshake and one stream on its own
+// socket, and the client port identifies the span.
+func chatClient() *http.Client {
+	return &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	}
+}
+
+// chat posts one chat request and reads the whole response.
+func chat(client *http.Client, url, model string, stream bool, tp *traceParent) (streamResult, error) {
+	res := streamResult{TP: tp}
+	body, _ := json.Marshal(map[string]any{
+		"model":    model,
+		"stream":   stream,
+		"messages": []map[string]string{{"role": "user", "content": "hello"}},
+	})
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return res, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tp != nil {
+		req.Header.Set("traceparent", tp.header())
+	}
+	var wrote time.Time
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			res.LocalPort = info.Conn.LocalAddr().(*net.TCPAddr).Port
+		},
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote = time.Now() },
+	}))
+	resp, err := client.Do(req)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	res.Status = resp.StatusCode
+	if !stream {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return res, err
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "data: [DONE]":
+			res.Done = true
+		case strings.HasPrefix(line, "data: "):
+			if res.Events == 0 {
+				res.TTFT = time.Since(wrote)
+			}
+			res.Events++
+		}
+	}
+	return res, sc.Err()
+}
+
+// chatMany sends n requests at once and returns their results in order.
+func chatMany(url, model string, n int, stream, withTraceParent bool) ([]streamResult, error) {
+	client := chatClient()
+	defer client.CloseIdleConnections()
+	results := make([]streamResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		var tp *traceParent
+		if withTraceParent {
+			v := newTraceParent()
+			tp = &v
+		}
+		wg.Go(func() {
+			results[i], errs[i] = chat(client, url, model, stream, tp)
+		})
+	}
+	wg.Wait()
+	return results, errors.Join(errs...)
+}
+
+// acceptAndClose runs an accept loop that closes every connection, until
+// the listener is closed.
+func acceptAndClose(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+// connectN makes n sequential connections to addr, closing each at once.
+func connectN(addr string, n int) error {
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		c.Close()
+	}
+	return nil
+}
+
+// connectRefused makes n connections to a port nothing listens on and
+// checks that each was refused (RST in reply to the SYN).
+func connectRefused(addr string, n int) error {
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err == nil {
+			c.Close()
+			return fmt.Errorf("connect to %s succeeded; want connection refused", addr)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("connect to %s: %w; want connection refused", addr, err)
+		}
+	}
+	return nil
+}
+
+// slowHandshake makes one handshake that takes about one second, the way
+// KERNEL.md describes: a listener with backlog 0 holds one connection in
+// its accept queue; while that connection waits, the next SYN is dropped
+// and the client retransmits it after its 1 s initial RTO. Accepting the
+// first connection 200 ms in makes room for the retransmitted SYN. It
+// returns the listener's port and how long the slow connect() took as the
+// client saw it: tokenwire's client-role handshake must match that.
+func slowHandshake() (port int, slow time.Duration, err error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return 0, 0, err
+	}
+	// Backlog 0: the accept queue is full with one connection in it.
+	if err := syscall.Listen(fd, 0); err != nil {
+		return 0, 0, err
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return 0, 0, err
+	}
+	port = sa.(*syscall.SockaddrInet4).Port
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+
+	first, err := net.DialTimeout("tcp", addr, 5*time.Second) // fills the queue
+	if err != nil {
+		return port, 0, err
+	}
+	defer first.Close()
+	type result struct {
+		c   net.Conn
+		d   time.Duration
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		ch <- result{c, time.Since(start), err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	nfd, _, err := syscall.Accept(fd) // make room for the retransmitted SYN
+	if err != nil {
+		return port, 0, err
+	}
+	syscall.Close(nfd)
+	r := <-ch
+	if r.err != nil {
+		return port, 0, r.err
+	}
+	r.c.Close()
+	return port, r.d, nil
+}
