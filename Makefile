@@ -48,7 +48,7 @@ $(OCB):
 
 ## generate: regenerate the bpf2go bindings/objects and the mdatagen code
 generate: deps
-	go generate ./bpf/... ./receiver/...
+	go generate ./bpf/... ./receiver/... ./bench/...
 
 ## check-generated: fail if `make generate` changes tracked files or adds files under bpf/ or receiver/
 check-generated: generate
@@ -103,7 +103,7 @@ bench: deps
 	go run ./bench/streams -streams 50 -chunks 50 -interval 20ms -think 50ms -rounds 3 -out bench/results/streams-50x50.md
 	go run ./bench/streams -streams 20 -chunks 300 -interval 2ms -think 10ms -rounds 3 -out bench/results/streams-20x300.md
 	go build -o /tmp/tokenwire-bench/overhead ./bench/overhead
-	/tmp/tokenwire-bench/overhead -collector $(COLLECTOR) -config $(CONFIG) -streams 500 -interval 10ms -duration 12s -repeats 5 -outdir bench/results
+	/tmp/tokenwire-bench/overhead -collector $(COLLECTOR) -config $(CONFIG) -streams 500 -also-streams 200 -interval 10ms -duration 12s -repeats 5 -outdir bench/results
 	go build -o /tmp/tokenwire-bench/xdpnf ./bench/xdpnf
 	/tmp/tokenwire-bench/xdpnf -duration 3s -repeats 3 -outdir bench/results
 	go run ./bench/pipeline -outdir bench/results

@@ -1,0 +1,304 @@
+// Package benchutil holds what the benchmark programs under bench/ share:
+// CPU and memory of a process from /proc, the BPF programs and maps a
+// process holds (by its file descriptors, so that programs loaded by other
+// processes on the host are never counted), percentiles and the machine
+// description for reports.
+package benchutil
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// clkTck is USER_HZ, 100 on every Linux architecture Go supports.
+const clkTck = 100
+
+// CPUSeconds is utime+stime of the process (all threads), in seconds.
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces: split after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// Fields after ')': state(0) ppid(1) ... utime(11) stime(12).
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return float64(ut+st) / clkTck, nil
+}
+
+// Mem is a process's resident memory in bytes.
+type Mem struct{ RSS, HWM uint64 }
+
+// Memory reads VmRSS and VmHWM of the process.
+func Memory(pid int) (Mem, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Mem{}, err
+	}
+	defer f.Close()
+	var m Mem
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			m.RSS = kb << 10
+		case "VmHWM":
+			m.HWM = kb << 10
+		}
+	}
+	return m, sc.Err()
+}
+
+// fdinfo returns the fdinfo key/values of every fd of pid whose link
+// target is anon_inode:<kind> (bpf-prog, bpf-map).
+func fdinfo(pid int, kind string) ([]map[string]string, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string]string
+	for _, e := range ents {
+		t, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || t != "anon_inode:"+kind {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+		if err != nil {
+			continue
+		}
+		kv := map[string]string{}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok {
+				kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
+// ProgStat is one BPF program's cumulative kernel statistics.
+type ProgStat struct {
+	ID     uint32
+	Name   string
+	RunNs  uint64
+	RunCnt uint64
+	Missed uint64
+}
+
+// Programs lists the BPF programs pid holds file descriptors for, with
+// their run time and count (non-zero only while bpf stats are enabled).
+// Each program is listed once even if several fds refer to it.
+func Programs(pid int) ([]ProgStat, error) {
+	infos, err := fdinfo(pid, "bpf-prog")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[uint32]bool{}
+	var out []ProgStat
+	for _, kv := range infos {
+		id64, err := strconv.ParseUint(kv["prog_id"], 10, 32)
+		if err != nil || seen[uint32(id64)] {
+			continue
+		}
+		seen[uint32(id64)] = true
+		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id64))
+		if err != nil {
+			continue
+		}
+		info, err := p.Info()
+		st, serr := p.Stats()
+		p.Close()
+		if err != nil {
+			continue
+		}
+		ps := ProgStat{ID: uint32(id64), Name: info.Name}
+		if serr == nil {
+			ps.RunNs, ps.RunCnt, ps.Missed = uint64(st.Runtime), st.RunCount, st.RecursionMisses
+		}
+		out = append(out, ps)
+	}
+	slices.SortFunc(out, func(a, b ProgStat) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// SumRunNs sums run time over programs.
+func SumRunNs(ps []ProgStat) (ns, cnt uint64) {
+	for _, p := range ps {
+		ns += p.RunNs
+		cnt += p.RunCnt
+	}
+	return
+}
+
+// MapStat is one BPF map's memory as the kernel accounts it.
+type MapStat struct {
+	ID         uint32
+	Name       string
+	Type       string
+	MaxEntries uint32
+	Memlock    uint64
+}
+
+// Maps lists the BPF maps pid holds file descriptors for, once each, with
+// the kernel's memlock accounting from fdinfo.
+func Maps(pid int) ([]MapStat, error) {
+	infos, err := fdinfo(pid, "bpf-map")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[uint32]bool{}
+	var out []MapStat
+	for _, kv := range infos {
+		id64, err := strconv.ParseUint(kv["map_id"], 10, 32)
+		if err != nil || seen[uint32(id64)] {
+			continue
+		}
+		seen[uint32(id64)] = true
+		ms := MapStat{ID: uint32(id64)}
+		ms.Memlock, _ = strconv.ParseUint(kv["memlock"], 10, 64)
+		me, _ := strconv.ParseUint(kv["max_entries"], 10, 32)
+		ms.MaxEntries = uint32(me)
+		if m, err := ebpf.NewMapFromID(ebpf.MapID(id64)); err == nil {
+			if info, err := m.Info(); err == nil {
+				ms.Name = info.Name
+				ms.Type = info.Type.String()
+			}
+			m.Close()
+		}
+		out = append(out, ms)
+	}
+	slices.SortFunc(out, func(a, b MapStat) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Percentile of v (nearest rank); v is sorted in place.
+func Percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	if !slices.IsSorted(v) {
+		slices.Sort(v)
+	}
+	i := int(p * float64(len(v)))
+	return v[min(len(v)-1, max(0, i))]
+}
+
+// Median of v (v is sorted in place).
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// Machine describes the host for reports: CPU model and count, memory,
+// kernel, Go version, date.
+func Machine() string {
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var si unix.Sysinfo_t
+	unix.Sysinfo(&si)
+	mem := float64(si.Totalram) * float64(si.Unit) / (1 << 30)
+	osName := "Linux"
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+				osName = strings.Trim(v, `"`)
+			}
+		}
+	}
+	return fmt.Sprintf("%s, kernel %s, %d x %s, %.0f GiB RAM, %s, %s",
+		osName, unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), model, mem,
+		runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+}
+
+// RaiseNofile raises RLIMIT_NOFILE's soft limit to at least need: to the
+// hard limit, and the hard limit itself if need is above it (root with
+// CAP_SYS_RESOURCE). It fails only when fewer than need descriptors remain.
+func RaiseNofile(need uint64) error {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return err
+	}
+	if rl.Max < need {
+		up := rl
+		up.Max, up.Cur = need, need
+		if unix.Setrlimit(unix.RLIMIT_NOFILE, &up) == nil {
+			return nil
+		}
+	}
+	rl.Cur = rl.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return err
+	}
+	if rl.Max < need {
+		return fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d descriptors needed and cannot be raised", rl.Max, need)
+	}
+	return nil
+}
+
+// SystemCPU reads /proc/stat's aggregate line: busy and total jiffies, and
+// softirq jiffies, across all CPUs.
+func SystemCPU() (busy, total, softirq uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, 0, fmt.Errorf("/proc/stat: unexpected %q", line)
+	}
+	var v [10]uint64
+	for i := 1; i < len(f) && i <= 10; i++ {
+		v[i-1], _ = strconv.ParseUint(f[i], 10, 64)
+	}
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	for i, x := range v[:8] {
+		total += x
+		if i != 3 && i != 4 {
+			busy += x
+		}
+	}
+	return busy, total, v[6], nil
+}
