@@ -493,7 +493,7 @@ func TestCollectorConfigs(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "validate", "--config", path)
 		// What the pod's environment would hold.
-		cmd.Env = append(os.Environ(), "POD_IP=10.0.0.7", "K8S_NODE_NAME=node-1",
+		cmd.Env = append(os.Environ(), "POD_IP=192.0.2.7", "K8S_NODE_NAME=node-1",
 			"OTLP_TRACES_ENDPOINT=tempo.observability.svc.cluster.local:4317")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s: %s validate: %v\n%s", name, bin, err, out)
