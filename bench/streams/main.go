@@ -27,6 +27,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/stream"
@@ -107,30 +108,12 @@ func runLoad(addr string, round int) error {
 	return <-errs
 }
 
-func gapBounds() []time.Duration {
-	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
-	out := make([]time.Duration, len(secs))
-	for i, s := range secs {
-		out[i] = time.Duration(s * float64(time.Second))
-	}
-	return out
-}
-
 func openTracer(port uint16, chunkRecords bool) (*stream.Tracer, error) {
 	return stream.Open(stream.Config{
 		Ports: []uint16{port}, MaxSockets: 16384, RingBufferBytes: 8 << 20,
 		HookOrder: hook.DefaultOrder, Coalesce: 500 * time.Microsecond,
-		FlushInterval: time.Second, ChunkRecords: chunkRecords, GapBounds: gapBounds(),
+		FlushInterval: time.Second, ChunkRecords: chunkRecords, GapBounds: stream.DefaultGapBounds,
 	})
-}
-
-func percentile(v []float64, p float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
 func main() {
@@ -281,7 +264,7 @@ func accuracy(addr string, port uint16, srv *server, report *strings.Builder) er
 		{"TTFT vs client (request sent -> first event read)", ttftVsClient},
 		{"chunk interval vs server (between write returns)", gapVsServer},
 	} {
-		fmt.Fprintf(report, "| %s | %.3f | %.3f | %.3f | %d |\n", row.name, percentile(row.v, 0.5), percentile(row.v, 0.99), percentile(row.v, 1), len(row.v))
+		fmt.Fprintf(report, "| %s | %.3f | %.3f | %.3f | %d |\n", row.name, benchutil.Percentile(row.v, 0.5), benchutil.Percentile(row.v, 0.99), benchutil.Percentile(row.v, 1), len(row.v))
 	}
 	report.WriteString("\n")
 	return nil
@@ -383,7 +366,7 @@ func cost(addr string, port uint16, report *strings.Builder) error {
 					runs = append(runs, s.runs)
 				}
 			}
-			return percentile(per, 0.5), percentile(runs, 0.5)
+			return benchutil.Percentile(per, 0.5), benchutil.Percentile(runs, 0.5)
 		}
 		r, runs := med(real[n])
 		f, _ := med(floor[n])
@@ -393,6 +376,6 @@ func cost(addr string, port uint16, report *strings.Builder) error {
 		}
 		fmt.Fprintf(report, "| %s | %.0f | %.0f | %.0f | %s |\n", n, r, f, runs, verdict)
 	}
-	fmt.Fprintf(report, "\nAll stream programs together: %.0f ns of kernel time per chunk (median over rounds; includes the request, response and close events of each stream).\n", percentile(perChunk, 0.5))
+	fmt.Fprintf(report, "\nAll stream programs together: %.0f ns of kernel time per chunk (median over rounds; includes the request, response and close events of each stream).\n", benchutil.Percentile(perChunk, 0.5))
 	return nil
 }

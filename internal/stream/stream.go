@@ -27,6 +27,17 @@ import (
 // keeps (len(Config.GapBounds)+1).
 const GapBuckets = len(bpf.StreamStreamStats{}.GapCounts)
 
+// DefaultGapBounds are the chunk-interval histogram's bounds: the semantic
+// conventions' advice for gen_ai.server.time_per_output_token with three
+// finer buckets below 10 ms (fast token streams). The kernel counts into
+// them and the receiver exports them, so they are defined here once.
+var DefaultGapBounds = []time.Duration{
+	1 * time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond, 100 * time.Millisecond,
+	150 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond,
+	500 * time.Millisecond, 750 * time.Millisecond, time.Second, 2500 * time.Millisecond,
+}
+
 // PeekMax is how many bytes of a request segment or response head a
 // record carries.
 const PeekMax = len(bpf.StreamStreamPayload{}.Data)

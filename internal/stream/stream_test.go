@@ -17,15 +17,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/hook"
 )
 
-// DefaultGapBounds mirrors the receiver's chunk-interval buckets.
-var testGapBounds = func() []time.Duration {
-	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
-	out := make([]time.Duration, len(secs))
-	for i, s := range secs {
-		out[i] = time.Duration(s * float64(time.Second))
-	}
-	return out
-}()
+var testGapBounds = DefaultGapBounds
 
 func testConfig(ports ...uint16) Config {
 	return Config{

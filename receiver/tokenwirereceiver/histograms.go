@@ -1,8 +1,12 @@
 package tokenwirereceiver
 
 import (
+	"time"
+
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+
+	"github.com/tokenwire/tokenwire/internal/stream"
 )
 
 // Histogram metrics. mdatagen v0.159.0 cannot generate a MetricsBuilder for
@@ -56,10 +60,19 @@ var (
 		name:        "tokenwire.stream.chunk.interval",
 		description: "Time between the starts of consecutive body chunks of a streamed response.",
 		unit:        "s",
-		bounds:      []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5},
+		bounds:      secondsOf(stream.DefaultGapBounds),
 		noMinMax:    true,
 	}
 )
+
+// secondsOf converts durations to the seconds a histogram in s reports.
+func secondsOf(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
 
 // histogram accumulates observations for one attribute set. Buckets are
 // cumulative over the receiver's lifetime, like the sums.

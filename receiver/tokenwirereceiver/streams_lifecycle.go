@@ -18,10 +18,6 @@ var streamAttr = attribute.String("capability", "stream")
 
 // startStreams loads the stream probe and starts reading it.
 func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
-	bounds := make([]time.Duration, len(chunkIntervalDef.bounds))
-	for i, b := range chunkIntervalDef.bounds {
-		bounds[i] = time.Duration(b * float64(time.Second))
-	}
 	tr, err := stream.Open(stream.Config{
 		Ports:           toPorts(r.cfg.Streams.Ports),
 		MaxSockets:      uint32(r.cfg.Streams.MaxSockets),
@@ -29,7 +25,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		HookOrder:       r.cfg.hookOrder(),
 		Coalesce:        r.cfg.Streams.Coalesce,
 		FlushInterval:   r.cfg.Streams.FlushInterval,
-		GapBounds:       bounds,
+		GapBounds:       stream.DefaultGapBounds,
 	})
 	if err != nil {
 		return fmt.Errorf("tokenwire stream probe: %w", err)
