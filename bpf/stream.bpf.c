@@ -9,11 +9,14 @@
  *                        IDLE/RESPONSE -> REQUEST, request time = now
  *   sock_recv_length     the application read them: copy the request's head
  *                        from its buffer (method, path, headers, model)
- *   tcp_sendmsg_locked   a write starts (process context): peek its first
- *                        or last bytes (headers, terminators)
  *   sock_send_length     a write finished with its byte count: the first one
- *                        starts the response, later ones are body chunks
+ *                        starts the response (its head is sent to user
+ *                        space), later ones are body chunks; its last bytes
+ *                        show a terminator. The bytes come from the
+ *                        writer's syscall buffers, so one hook per write.
  *   inet_sock_set_state  close, peer close or reset ends the stream
+ * Where sock_send_length has no BTF-typed tracepoint, a fifth hook,
+ * tcp_sendmsg_locked, peeks at each write before it is copied.
  *
  * Per-chunk work updates the socket's state in place (no upsert, no
  * record): the chunk-interval histogram lives in the state and reaches user
@@ -48,10 +51,11 @@ const volatile __u64 flush_ns = 1000000000;   /* PROGRESS at most this often per
 const volatile __u8 chunk_records = 0;        /* one CHUNK record per chunk (diagnostics) */
 const volatile __u64 gap_bounds_ns[TW_GAP_BUCKETS - 1] = {};
 
+/* Per-socket state. Fields a chunk touches come first, in one 64-byte
+ * cache line: on a busy host that line is cold at every write, and each
+ * further line is another miss on the write path. */
 struct stream_state {
-	__u64 req_ts;
-	__u64 headers_ts;
-	__u64 first_chunk_ts;
+	/* hot: every write */
 	__u64 last_chunk_ts;
 	__u64 last_write_ts;
 	__u64 last_flush_ts;
@@ -59,22 +63,34 @@ struct stream_state {
 	__u64 gap_sum_ns;
 	__u64 gap_max_ns;
 	__u32 chunks;
+	__u8 state;         /* enum tw_stream_state */
+	__u8 in_write;      /* fallback peek: a write's peek ran, its byte count is pending */
+	__u8 write_flags;   /* fallback peek: what it found */
+	__u8 resp_flags;    /* enum tw_response_flag of this response */
+	__u32 write_len;    /* fallback peek: bytes the pending write asked for */
 	__u32 seq;
+	/* per chunk, one bucket */
+	__u32 gap_counts[TW_GAP_BUCKETS];
+	/* per stream */
+	__u64 req_ts;
+	__u64 headers_ts;
+	__u64 first_chunk_ts;
 	__u32 pid;
 	__u32 req_captured; /* request bytes read by the application so far */
-	__u32 _pad;
 	__u32 head_bytes;   /* http mode: bytes of the first write */
-	__u32 gap_counts[TW_GAP_BUCKETS];
-	__u8 state;         /* enum tw_stream_state */
-	__u8 in_write;      /* a write's peek ran, its byte count is pending */
-	__u8 write_flags;   /* what the peek found */
-	__u8 resp_flags;    /* enum tw_response_flag of this response */
 };
 
 #define WRITE_TERMINATOR 1
 #define WRITE_PEEKED 2
 
-/* Server ports to watch: index = port, value != 0. */
+/* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
+ * event with no map lookup and no extra cache miss; a longer list goes to
+ * tw_st_ports (index = port, value != 0). */
+#define MAX_RO_PORTS 16
+const volatile __u16 watch_ports[MAX_RO_PORTS] = {};
+const volatile __u8 n_watch_ports = 0;
+const volatile __u8 ports_in_map = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 65536);
@@ -119,9 +135,18 @@ static __always_inline void count(__u32 idx)
 
 static __always_inline int port_watched(__u16 port)
 {
-	__u32 key = port;
-	__u8 *v = bpf_map_lookup_elem(&tw_st_ports, &key);
-	return v && *v;
+	if (ports_in_map) {
+		__u32 key = port;
+		__u8 *v = bpf_map_lookup_elem(&tw_st_ports, &key);
+		return v && *v;
+	}
+	for (int i = 0; i < MAX_RO_PORTS; i++) {
+		if (i >= n_watch_ports)
+			return 0;
+		if (watch_ports[i] == port)
+			return 1;
+	}
+	return 0;
 }
 
 /* watched_sock is the first test of every hook: one field load and one
@@ -195,66 +220,120 @@ static __always_inline void end_stream(const struct sock *sk, struct stream_stat
 
 /* ---- request side ---- */
 
-/* capture_request copies the head of the request from the buffer the
- * application just read it into. sock_recv_length runs in the reader's
- * syscall, so the syscall's own arguments, saved in its pt_regs, name that
- * buffer: no per-syscall hook is needed, and the data is read exactly once
- * whatever the skb layout (loopback and GRO put payload in page frags that
- * BPF cannot reach at arrival). Only the first 2 * TW_PEEK_MAX bytes of a
- * request are kept; user space reassembles slices by offset. */
+/* The current task's read or write syscall names the user buffers it
+ * moved data to or from: sock_recv_length and sock_send_length run inside
+ * that syscall, after the copy, so its arguments (saved in its pt_regs)
+ * give the data exactly once, whatever the skb layout (loopback and GRO put
+ * payload in page frags that BPF cannot reach at arrival), and a write's
+ * byte count is already known (partial writes of non-blocking sockets
+ * included). Kernel threads and io_uring workers have no such syscall:
+ * their data is not looked at. */
+#define MAX_IOV 4 /* iovecs looked at per readv/writev/recvmsg/sendmsg */
+
+struct user_io {
+	struct iovec iov[MAX_IOV];
+	__u32 nr;
+};
+
 #if defined(__TARGET_ARCH_x86)
 #define NR_READ 0
+#define NR_WRITE 1
 #define NR_READV 19
+#define NR_WRITEV 20
+#define NR_SENDTO 44
 #define NR_RECVFROM 45
+#define NR_SENDMSG 46
 #define NR_RECVMSG 47
+#define PF_IO_WORKER 0x00000010
+#define PF_KTHREAD 0x00200000
 
-static __always_inline const void *syscall_buffer(void)
+/* syscall_io fills io from the current syscall's arguments. Only for
+ * BTF-typed programs (bpf_get_current_task_btf). */
+static __always_inline int syscall_io(struct user_io *io)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->flags & (PF_KTHREAD | PF_IO_WORKER))
+		return -1;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
-		return NULL;
-	long nr = BPF_CORE_READ(regs, orig_ax);
-	const void *arg = (const void *)BPF_CORE_READ(regs, si);
-	struct iovec iov;
+		return -1;
+	long nr = regs->orig_ax;
+	const void *arg = (const void *)regs->si;
+	__u64 n = regs->dx;
+	const struct iovec *iov;
 	switch (nr) {
 	case NR_READ:
+	case NR_WRITE:
 	case NR_RECVFROM:
-		return arg;
+	case NR_SENDTO:
+		io->iov[0].iov_base = (void *)arg;
+		io->iov[0].iov_len = n;
+		io->nr = 1;
+		return 0;
 	case NR_READV:
-		if (bpf_probe_read_user(&iov, sizeof(iov), arg))
-			return NULL;
-		return iov.iov_base;
-	case NR_RECVMSG: {
+	case NR_WRITEV:
+		iov = arg;
+		break;
+	case NR_RECVMSG:
+	case NR_SENDMSG: {
 		struct user_msghdr m;
-		if (bpf_probe_read_user(&m, sizeof(m), arg) ||
-		    bpf_probe_read_user(&iov, sizeof(iov), m.msg_iov))
-			return NULL;
-		return iov.iov_base;
+		if (bpf_probe_read_user(&m, sizeof(m), arg))
+			return -1;
+		iov = m.msg_iov;
+		n = m.msg_iovlen;
+		break;
 	}
+	default:
+		return -1;
 	}
-	return NULL;
+	/* Constant sizes: the verifier needs a bounded length. */
+	long err;
+	switch (n) {
+	case 0:
+		return -1;
+	case 1:
+		err = bpf_probe_read_user(io->iov, 1 * sizeof(struct iovec), iov);
+		break;
+	case 2:
+		err = bpf_probe_read_user(io->iov, 2 * sizeof(struct iovec), iov);
+		break;
+	case 3:
+		err = bpf_probe_read_user(io->iov, 3 * sizeof(struct iovec), iov);
+		break;
+	default:
+		n = MAX_IOV;
+		err = bpf_probe_read_user(io->iov, MAX_IOV * sizeof(struct iovec), iov);
+	}
+	io->nr = n;
+	return err ? -1 : 0;
 }
 #else
-static __always_inline const void *syscall_buffer(void)
+static __always_inline int syscall_io(struct user_io *io)
 {
-	return NULL;
+	return -1;
 }
 #endif
 
+/* capture_request copies the head of the request from the buffer the
+ * application just read it into. Only the first 2 * TW_PEEK_MAX bytes of
+ * a request are kept; user space reassembles slices by offset. */
 static __always_inline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (st->req_captured >= 2 * TW_PEEK_MAX)
 		return;
-	const void *buf = syscall_buffer();
-	if (!buf)
+	struct user_io io;
+	if (syscall_io(&io))
 		return;
+	const void *buf = io.iov[0].iov_base;
 	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
 	if (!r) {
 		count(TW_ST_COUNTER_RINGBUF_LOST);
 		return;
 	}
-	__u32 n = ret > TW_PEEK_MAX ? TW_PEEK_MAX : ret;
+	__u64 n = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+	barrier_var(n); /* keep the bound check next to the read for the verifier */
+	if (n > TW_PEEK_MAX)
+		n = TW_PEEK_MAX;
 	if (n == 0 || bpf_probe_read_user(r->data, n, buf) != 0) {
 		bpf_ringbuf_discard(r, 0);
 		return;
@@ -333,9 +412,10 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 	return 0;
 }
 
-/* ---- write side: peek ---- */
+/* ---- write side: what a write carried ---- */
 
-/* user_span returns the user buffer a write starts with and its length. */
+/* write_buffer returns the user buffer a write starts with and its length,
+ * from tcp_sendmsg_locked's msghdr (the fallback peek). */
 static __always_inline int write_buffer(const struct msghdr *msg, const void **base, __u64 *len,
 					const int typed)
 {
@@ -403,13 +483,11 @@ static __always_inline int is_hex(char c)
 
 /* is_done_event matches "data: [DONE]" written on its own, the end of an
  * OpenAI-style SSE stream: bare, or framed as one chunk of a chunked body
- * ("e\r\ndata: [DONE]\n\n\r\n", as Go's net/http and uvicorn send it). */
-static __always_inline int is_done_event(const void *base, __u64 len)
+ * ("e\r\ndata: [DONE]\n\n\r\n", as Go's net/http and uvicorn send it).
+ * b holds the whole write, len bytes of it. */
+static __always_inline int is_done_event(const char b[32], __u64 len)
 {
-	char b[32] = {};
 	if (len < 12 || len > 32)
-		return 0;
-	if (bpf_probe_read_user(b, len < sizeof(b) ? len : sizeof(b), base))
 		return 0;
 	__u32 off = 0;
 	/* An optional chunk-size line: up to 4 hex digits and CRLF. */
@@ -428,15 +506,12 @@ static __always_inline int is_done_event(const void *base, __u64 len)
 	       d[6] == '[' && d[7] == 'D' && d[8] == 'O' && d[9] == 'N' && d[10] == 'E' && d[11] == ']';
 }
 
-/* peek_response sends the head of the response's first write to user
- * space and finds where its headers end. */
+/* peek_response sends the head of the response's first write (len bytes
+ * at base, total bytes in the write) to user space, which finds where its
+ * headers end. */
 static __always_inline void peek_response(const struct sock *sk, struct stream_state *st,
-					  const struct msghdr *msg, const int typed)
+					  const void *base, __u64 len, __u64 total)
 {
-	const void *base;
-	__u64 len;
-	if (write_buffer(msg, &base, &len, typed))
-		return;
 	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
 	if (!r) {
 		count(TW_ST_COUNTER_RINGBUF_LOST);
@@ -447,8 +522,7 @@ static __always_inline void peek_response(const struct sock *sk, struct stream_s
 		bpf_ringbuf_discard(r, 0);
 		return;
 	}
-	/* Only the status line's prefix is checked here: finding where the
-	 * headers end is left to user space, which parses this head anyway. */
+	/* Only the status line's prefix is checked here. */
 	__u8 flags = 0;
 	if (n >= 8 && r->data[0] == 'H' && r->data[1] == 'T' && r->data[2] == 'T' && r->data[3] == 'P' &&
 	    r->data[4] == '/' && r->data[5] == '1' && r->data[6] == '.')
@@ -461,13 +535,85 @@ static __always_inline void peek_response(const struct sock *sk, struct stream_s
 	r->id.len = n;
 	r->ts_ns = bpf_ktime_get_ns();
 	r->offset = 0;
-	r->total = len;
+	r->total = total;
 	r->pid = bpf_get_current_pid_tgid() >> 32;
 	r->_pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
 	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 }
 
+/* sent_flags classifies a finished write of ret bytes from the syscall's
+ * buffers with one user read: the write's last 8 bytes, or the whole
+ * write when it is short enough to be an SSE "[DONE]" event. */
+static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret)
+{
+	/* Find the buffer holding the write's last byte. */
+	const char *end = NULL;
+	__u64 left = ret, seg = 0;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= io->nr)
+			break;
+		__u64 len = io->iov[i].iov_len;
+		if (left <= len) {
+			end = (const char *)io->iov[i].iov_base + left;
+			seg = left;
+			break;
+		}
+		left -= len;
+	}
+	if (!end)
+		return WRITE_PEEKED;
+	int whole = seg == ret && ret <= 32;
+	__u32 n;
+	if (whole)
+		n = ret;
+	else if (seg >= 8)
+		n = 8;
+	else
+		return WRITE_PEEKED; /* the terminator is split across iovecs: leave it */
+	if (n < 5 || n > 32)
+		return WRITE_PEEKED;
+	/* The compiler would drop a bound it can prove: hide n from it, then
+	 * bound the length in the register the verifier checks. */
+	barrier_var(n);
+	char b[32] = {};
+	if (bpf_probe_read_user(b, ((n - 1) & 31) + 1, end - n))
+		return WRITE_PEEKED;
+	__u8 t[8] = {};
+	if (n >= 8) {
+		for (int i = 0; i < 8; i++)
+			t[i] = b[(n - 8 + i) & 31];
+	} else if (n == 5) {
+		for (int i = 0; i < 5; i++)
+			t[3 + i] = b[i];
+	}
+	if (is_terminator(t) || (whole && is_done_event(b, n)))
+		return WRITE_PEEKED | WRITE_TERMINATOR;
+	return WRITE_PEEKED;
+}
+
+/* peek_sent looks at what a finished write carried, from the writer's own
+ * syscall arguments: the response head for the first write of a response,
+ * terminators for the others. */
+static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret)
+{
+	struct user_io io;
+	if (syscall_io(&io))
+		return 0;
+	if (st->state == TW_ST_REQUEST) {
+		__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+		peek_response(sk, st, io.iov[0].iov_base, len, ret);
+		return WRITE_PEEKED;
+	}
+	return sent_flags(&io, ret);
+}
+
+/* on_sendmsg is the fallback peek, for kernels where sock_send_length has
+ * no BTF-typed tracepoint: tcp_sendmsg_locked fires before the copy (once
+ * per segment; the first wins) and leaves its findings in the state. It
+ * cannot know how many bytes the write will take: on_send_length drops a
+ * terminator seen at the end of a write that was only partly taken, and
+ * the rest comes back as a new write, peeked again. */
 static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr *msg, const int typed)
 {
 	if (!watched_sock(sk, typed))
@@ -478,8 +624,12 @@ static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr
 		return 0; /* a continuation of this write, or no request pending */
 	st->in_write = 1;
 	st->write_flags = WRITE_PEEKED;
+	st->write_len = RD(typed, msg, msg_iter.count);
+	const void *base;
+	__u64 len;
 	if (st->state == TW_ST_REQUEST) {
-		peek_response(sk, st, msg, typed);
+		if (write_buffer(msg, &base, &len, typed) == 0)
+			peek_response(sk, st, base, len, len);
 		return 0;
 	}
 	__u8 tail[8];
@@ -487,10 +637,11 @@ static __always_inline int on_sendmsg(const struct sock *sk, const struct msghdr
 		st->write_flags |= WRITE_TERMINATOR;
 		return 0;
 	}
-	const void *base;
-	__u64 len;
-	if (write_buffer(msg, &base, &len, typed) == 0 && is_done_event(base, len))
-		st->write_flags |= WRITE_TERMINATOR;
+	if (write_buffer(msg, &base, &len, typed) == 0 && len >= 12 && len <= 32) {
+		char b[32] = {};
+		if (bpf_probe_read_user(b, len, base) == 0 && is_done_event(b, len))
+			st->write_flags |= WRITE_TERMINATOR;
+	}
 	return 0;
 }
 
@@ -560,7 +711,10 @@ static __always_inline void chunk(const struct sock *sk, struct stream_state *st
 		emit_stats(sk, st, TW_REC_PROGRESS, 0, now);
 }
 
-static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed)
+/* on_send_length accounts a finished write. With peek (the BTF-typed
+ * variant) it also looks at what the write carried; otherwise it uses what
+ * the tcp_sendmsg_locked fallback found. */
+static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed, const int peek)
 {
 	if (!watched_sock(sk, typed))
 		return 0;
@@ -573,6 +727,10 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	st->write_flags = 0;
 	if (ret <= 0 || st->state == TW_ST_IDLE)
 		return 0;
+	if (peek)
+		flags = peek_sent(sk, st, ret);
+	else if ((__u32)ret < st->write_len)
+		flags &= ~WRITE_TERMINATOR; /* partial: the tail the peek saw was not sent */
 	__u64 now = bpf_ktime_get_ns();
 	if (st->state == TW_ST_REQUEST) {
 		st->state = TW_ST_RESPONSE;
@@ -667,19 +825,19 @@ int tw_st_peek_raw(struct bpf_raw_tracepoint_args *ctx)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(tw_st_sent_btf, struct sock *sk, int ret)
 {
-	return on_send_length(sk, ret, 1);
+	return on_send_length(sk, ret, 1, 1);
 }
 
 SEC("raw_tracepoint/sock_send_length")
 int tw_st_sent_raw(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1], 0);
+	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1], 0, 0);
 }
 
 SEC("tracepoint/sock/sock_send_length")
 int tw_st_sent_tp(struct trace_event_raw_sock_msg_length *ctx)
 {
-	return on_send_length((const struct sock *)ctx->sk, ctx->ret, 0);
+	return on_send_length((const struct sock *)ctx->sk, ctx->ret, 0, 0);
 }
 
 SEC("tp_btf/inet_sock_set_state")

@@ -36,9 +36,6 @@ type StreamStreamPayload struct {
 
 type StreamStreamState struct {
 	_            structs.HostLayout
-	ReqTs        uint64
-	HeadersTs    uint64
-	FirstChunkTs uint64
 	LastChunkTs  uint64
 	LastWriteTs  uint64
 	LastFlushTs  uint64
@@ -46,16 +43,21 @@ type StreamStreamState struct {
 	GapSumNs     uint64
 	GapMaxNs     uint64
 	Chunks       uint32
-	Seq          uint32
-	Pid          uint32
-	ReqCaptured  uint32
-	Pad          uint32
-	HeadBytes    uint32
-	GapCounts    [17]uint32
 	State        uint8
 	InWrite      uint8
 	WriteFlags   uint8
 	RespFlags    uint8
+	WriteLen     uint32
+	Seq          uint32
+	GapCounts    [17]uint32
+	_            [4]byte
+	ReqTs        uint64
+	HeadersTs    uint64
+	FirstChunkTs uint64
+	Pid          uint32
+	ReqCaptured  uint32
+	HeadBytes    uint32
+	_            [4]byte
 }
 
 type StreamStreamStats struct {
@@ -150,6 +152,8 @@ const (
 	StreamVarCoalesceNs            = "coalesce_ns"
 	StreamVarFlushNs               = "flush_ns"
 	StreamVarGapBoundsNs           = "gap_bounds_ns"
+	StreamVarN_watchPorts          = "n_watch_ports"
+	StreamVarPortsInMap            = "ports_in_map"
 	StreamVarUnusedStreamPayload   = "unused_stream_payload"
 	StreamVarUnusedStreamStats     = "unused_stream_stats"
 	StreamVarUnusedTwEndReason     = "unused_tw_end_reason"
@@ -158,6 +162,7 @@ const (
 	StreamVarUnusedTwStreamRecord  = "unused_tw_stream_record"
 	StreamVarUnusedTwStreamState   = "unused_tw_stream_state"
 	StreamVarWakeupBytes           = "wakeup_bytes"
+	StreamVarWatchPorts            = "watch_ports"
 )
 
 // LoadStream returns the embedded CollectionSpec for Stream.
@@ -234,6 +239,8 @@ type StreamVariableSpecs struct {
 	CoalesceNs            *ebpf.VariableSpec `ebpf:"coalesce_ns"`
 	FlushNs               *ebpf.VariableSpec `ebpf:"flush_ns"`
 	GapBoundsNs           *ebpf.VariableSpec `ebpf:"gap_bounds_ns"`
+	N_watchPorts          *ebpf.VariableSpec `ebpf:"n_watch_ports"`
+	PortsInMap            *ebpf.VariableSpec `ebpf:"ports_in_map"`
 	UnusedStreamPayload   *ebpf.VariableSpec `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.VariableSpec `ebpf:"unused_stream_stats"`
 	UnusedTwEndReason     *ebpf.VariableSpec `ebpf:"unused_tw_end_reason"`
@@ -242,6 +249,7 @@ type StreamVariableSpecs struct {
 	UnusedTwStreamRecord  *ebpf.VariableSpec `ebpf:"unused_tw_stream_record"`
 	UnusedTwStreamState   *ebpf.VariableSpec `ebpf:"unused_tw_stream_state"`
 	WakeupBytes           *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WatchPorts            *ebpf.VariableSpec `ebpf:"watch_ports"`
 }
 
 // StreamObjects contains all objects after they have been loaded into the kernel.
@@ -287,6 +295,8 @@ type StreamVariables struct {
 	CoalesceNs            *ebpf.Variable `ebpf:"coalesce_ns"`
 	FlushNs               *ebpf.Variable `ebpf:"flush_ns"`
 	GapBoundsNs           *ebpf.Variable `ebpf:"gap_bounds_ns"`
+	N_watchPorts          *ebpf.Variable `ebpf:"n_watch_ports"`
+	PortsInMap            *ebpf.Variable `ebpf:"ports_in_map"`
 	UnusedStreamPayload   *ebpf.Variable `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.Variable `ebpf:"unused_stream_stats"`
 	UnusedTwEndReason     *ebpf.Variable `ebpf:"unused_tw_end_reason"`
@@ -295,6 +305,7 @@ type StreamVariables struct {
 	UnusedTwStreamRecord  *ebpf.Variable `ebpf:"unused_tw_stream_record"`
 	UnusedTwStreamState   *ebpf.Variable `ebpf:"unused_tw_stream_state"`
 	WakeupBytes           *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WatchPorts            *ebpf.Variable `ebpf:"watch_ports"`
 }
 
 // StreamPrograms contains all programs after they have been loaded into the kernel.

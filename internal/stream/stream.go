@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -233,7 +234,17 @@ func (t *Tracer) open(cfg Config) error {
 	for i, b := range cfg.GapBounds {
 		bounds[i] = uint64(b)
 	}
+	// A short port list lives in .rodata (no lookup per event); a longer
+	// one in the tw_st_ports array.
+	var roPorts [maxROPorts]uint16
+	inMap := len(cfg.Ports) > maxROPorts
+	if !inMap {
+		copy(roPorts[:], cfg.Ports)
+	}
 	for name, v := range map[string]any{
+		"watch_ports":   roPorts,
+		"n_watch_ports": uint8(min(len(cfg.Ports), maxROPorts)),
+		"ports_in_map":  boolByte(inMap),
 		"coalesce_ns":   uint64(cfg.Coalesce),
 		"flush_ns":      uint64(cfg.FlushInterval),
 		"chunk_records": boolByte(cfg.ChunkRecords),
@@ -248,6 +259,9 @@ func (t *Tracer) open(cfg Config) error {
 		return fmt.Errorf("loading stream maps: %w", err)
 	}
 	for _, p := range cfg.Ports {
+		if !inMap {
+			break
+		}
 		if err := t.maps.TwStPorts.Put(uint32(p), uint8(1)); err != nil {
 			return fmt.Errorf("setting watched port %d: %w", p, err)
 		}
@@ -258,17 +272,22 @@ func (t *Tracer) open(cfg Config) error {
 		"tw_st_events":   t.maps.TwStEvents,
 		"tw_st_counters": t.maps.TwStCounters,
 	}
-	// The peek goes first so that it is in place before the accounting
-	// hook can see a write; state changes go last.
-	points := []struct {
+	// The BTF-typed sock_send_length program reads what each write
+	// carried from the writer's syscall buffers. Other hook types cannot
+	// name those buffers: then tcp_sendmsg_locked peeks at each write
+	// before it is copied, attached right after the accounting hook (a
+	// response already being written at that moment is counted opaque).
+	// State changes go last.
+	type point struct {
 		name     string
 		optional bool
 		variants []probe.Variant
-	}{
-		{"tcp_sendmsg_locked", true, []probe.Variant{
-			{Kind: hook.TPBTF, Program: "tw_st_peek_btf", Attach: probe.Tracing()},
-			{Kind: hook.RawTracepoint, Program: "tw_st_peek_raw", Attach: probe.RawTracepoint("tcp_sendmsg_locked")},
-		}},
+	}
+	peek := point{"tcp_sendmsg_locked", true, []probe.Variant{
+		{Kind: hook.TPBTF, Program: "tw_st_peek_btf", Attach: probe.Tracing()},
+		{Kind: hook.RawTracepoint, Program: "tw_st_peek_raw", Attach: probe.RawTracepoint("tcp_sendmsg_locked")},
+	}}
+	points := []point{
 		{"sock_recv_length", true, []probe.Variant{
 			{Kind: hook.TPBTF, Program: "tw_st_recv_btf", Attach: probe.Tracing()},
 		}},
@@ -288,18 +307,26 @@ func (t *Tracer) open(cfg Config) error {
 			{Kind: hook.Tracepoint, Program: "tw_st_state_tp", Attach: probe.Tracepoint("sock", "inet_sock_set_state")},
 		}},
 	}
-	for _, p := range points {
+	for i := 0; i < len(points); i++ {
+		p := points[i]
 		choice, err := probe.Choose(spec, maps, cfg.HookOrder, p.variants)
 		if err != nil && !p.optional {
 			return fmt.Errorf("attaching the stream probe to %s: %w", p.name, err)
 		}
 		t.points = append(t.points, HookPoint{Name: p.name, Choice: choice, Optional: p.optional})
+		if p.name == "sock_send_length" && choice.Kind != hook.TPBTF {
+			points = slices.Insert(points, i+1, peek)
+		}
 	}
 	if t.reader, err = ringbuf.NewReader(t.maps.TwStEvents); err != nil {
 		return fmt.Errorf("opening the stream ring buffer: %w", err)
 	}
 	return nil
 }
+
+// maxROPorts is how many ports the probe reads from .rodata (MAX_RO_PORTS
+// in bpf/stream.bpf.c).
+const maxROPorts = 16
 
 func boolByte(b bool) uint8 {
 	if b {
