@@ -26,11 +26,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
-	"go.opentelemetry.io/otel/metric"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 )
 
@@ -52,19 +47,18 @@ func runServer(args []string) error {
 		return err
 	}
 
-	var inst *interceptor
-	if *otlp != "" {
-		var err error
-		if inst, err = newInterceptor(*otlp, *export); err != nil {
-			return err
-		}
-		defer inst.shutdown()
-	}
 	ln, err := net.Listen("tcp4", *addr)
 	if err != nil {
 		return err
 	}
-	_, port, _ := net.SplitHostPort(*addr)
+	port := ln.Addr().(*net.TCPAddr).Port
+	var inst *interceptor
+	if *otlp != "" {
+		if inst, err = newInterceptor(*otlp, *export, port); err != nil {
+			return err
+		}
+		defer inst.shutdown()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
@@ -72,7 +66,7 @@ func runServer(args []string) error {
 		t0 := time.Now()
 		var rec *streamRecorder
 		if inst != nil {
-			rec = inst.begin(r, port, t0)
+			rec = inst.begin(r, t0)
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
@@ -89,6 +83,9 @@ func runServer(args []string) error {
 			buf = strconv.AppendInt(buf, sched.UnixNano(), 10)
 			buf = append(buf, `,"choices":[{"delta":{"content":"tok"}}]}`+"\n\n"...)
 			if _, err := w.Write(buf); err != nil {
+				if rec != nil {
+					rec.end(http.StatusOK, "client_closed")
+				}
 				return
 			}
 			fl.Flush()
@@ -97,7 +94,9 @@ func runServer(args []string) error {
 			}
 		}
 		if rec != nil {
-			rec.end()
+			// The handler's return makes net/http write the terminating
+			// chunk: the end tokenwire calls "terminator".
+			rec.end(http.StatusOK, "terminator")
 		}
 	})
 	mux.HandleFunc("/idle", func(w http.ResponseWriter, r *http.Request) {
@@ -132,90 +131,6 @@ func runServer(args []string) error {
 	defer cancel()
 	srv.Shutdown(ctx)
 	return nil
-}
-
-// interceptor is what a user-space APM middleware does: per stream and per
-// chunk it records TTFT, the chunk interval, chunks and bytes with the
-// OpenTelemetry Go SDK, which exports them over OTLP/gRPC.
-type interceptor struct {
-	mp                  *sdkmetric.MeterProvider
-	ttft, interval, dur metric.Float64Histogram
-	chunks, bytes       metric.Int64Counter
-}
-
-func newInterceptor(endpoint string, every time.Duration) (*interceptor, error) {
-	exp, err := otlpmetricgrpc.New(context.Background(),
-		otlpmetricgrpc.WithEndpoint(endpoint), otlpmetricgrpc.WithInsecure())
-	if err != nil {
-		return nil, err
-	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(
-		sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(every))))
-	m := mp.Meter("bench/interceptor")
-	// The semconv advised buckets for TTFT, as tokenwire uses.
-	ttftB := []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}
-	gapB := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
-	in := &interceptor{mp: mp}
-	if in.ttft, err = m.Float64Histogram("gen_ai.server.time_to_first_token", metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(ttftB...)); err != nil {
-		return nil, err
-	}
-	if in.interval, err = m.Float64Histogram("tokenwire.stream.chunk.interval", metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(gapB...)); err != nil {
-		return nil, err
-	}
-	if in.dur, err = m.Float64Histogram("gen_ai.server.request.duration", metric.WithUnit("s")); err != nil {
-		return nil, err
-	}
-	if in.chunks, err = m.Int64Counter("tokenwire.stream.chunks", metric.WithUnit("{chunk}")); err != nil {
-		return nil, err
-	}
-	if in.bytes, err = m.Int64Counter("tokenwire.stream.bytes", metric.WithUnit("By")); err != nil {
-		return nil, err
-	}
-	return in, nil
-}
-
-func (in *interceptor) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	in.mp.Shutdown(ctx)
-}
-
-type streamRecorder struct {
-	in          *interceptor
-	start, last time.Time
-	n           int
-	attrs       metric.MeasurementOption
-}
-
-func (in *interceptor) begin(r *http.Request, port string, t0 time.Time) *streamRecorder {
-	p, _ := strconv.Atoi(port)
-	// The attributes tokenwire puts on the same metrics.
-	return &streamRecorder{in: in, start: t0, last: t0, attrs: metric.WithAttributes(
-		attribute.Int("server.port", p),
-		attribute.String("http.request.method", r.Method),
-		attribute.String("url.path", r.URL.Path),
-		attribute.String("tokenwire.stream.mode", "sse"),
-	)}
-}
-
-func (s *streamRecorder) chunk(size int) {
-	now := time.Now()
-	ctx := context.Background()
-	if s.n == 0 {
-		s.in.ttft.Record(ctx, now.Sub(s.start).Seconds(), s.attrs)
-	} else {
-		s.in.interval.Record(ctx, now.Sub(s.last).Seconds(), s.attrs)
-	}
-	s.in.chunks.Add(ctx, 1, s.attrs)
-	s.in.bytes.Add(ctx, int64(size), s.attrs)
-	s.n++
-	s.last = now
-}
-
-func (s *streamRecorder) end() {
-	s.in.dur.Record(context.Background(), time.Since(s.start).Seconds(), s.attrs)
 }
 
 // ---------------------------------------------------------------- load
@@ -258,26 +173,29 @@ func histIndex(bounds []float64, us float64) int {
 
 // runLoad runs -streams concurrent clients; each requests a stream of
 // -chunks events, reads it to the end over its own connection and starts
-// the next, until warmup+duration has passed. Chunk latency is the arrival
-// time minus the time the server scheduled the event for (same host, same
-// clock); only events arriving inside the window after the warm-up count.
+// the next, until -to. Chunk latency is the arrival time minus the time the
+// server scheduled the event for (same host, same wall clock); only events
+// arriving in [-from, -to) count. The window is given as absolute times by
+// the orchestrator, which reads the CPU counters at the same instants.
 func runLoad(args []string) error {
 	fs := flag.NewFlagSet("load", flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:18000", "server address")
 	streams := fs.Int("streams", 500, "concurrent streams")
 	chunks := fs.Int("chunks", 200, "events per stream")
 	interval := fs.Duration("interval", 10*time.Millisecond, "the server's event interval (for the start stagger)")
-	warmup := fs.Duration("warmup", 3*time.Second, "time before the measured window")
-	duration := fs.Duration("duration", 20*time.Second, "measured window")
+	fromFlag := fs.Int64("from", 0, "start of the measured window, Unix ns")
+	toFlag := fs.Int64("to", 0, "end of the measured window, Unix ns")
 	out := fs.String("out", "", "write the JSON result here")
 	fs.Parse(args)
 	if err := benchutil.RaiseNofile(12000); err != nil {
 		return err
 	}
-	start := time.Now()
-	from, to := start.Add(*warmup), start.Add(*warmup+*duration)
-	from, to = from.Add(0), to.Add(0)
-	fromN, toN := from.UnixNano(), to.UnixNano()
+	fromN, toN := *fromFlag, *toFlag
+	from, to := time.Unix(0, fromN), time.Unix(0, toN)
+	if !from.After(time.Now()) || !to.After(from) || time.Until(to) > time.Hour {
+		return fmt.Errorf("window [%v, %v) must start in the future, end after it and within an hour", from, to)
+	}
+	window := to.Sub(from)
 	bounds := histBounds()
 
 	type worker struct {
@@ -290,17 +208,17 @@ func runLoad(args []string) error {
 	}
 	ws := make([]*worker, *streams)
 	var wg sync.WaitGroup
-	var chunksIn atomic.Int64
-	streamLen := time.Duration(*chunks) * *interval
+	// Spread the starts over one stream length (at most the warm-up) so
+	// that streams do not all begin and end in the same millisecond and
+	// the window sees a steady state.
+	stagger := min(time.Duration(*chunks)*(*interval), time.Until(from))
 	for i := range ws {
 		w := &worker{hist: make([]uint64, len(bounds)+1)}
 		ws[i] = w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Spread the starts over one stream length so that streams do
-			// not all begin (and end) in the same millisecond.
-			time.Sleep(time.Duration(rand.Int64N(int64(max(streamLen, time.Millisecond)))))
+			time.Sleep(time.Duration(rand.Int64N(int64(max(stagger, time.Millisecond)))))
 			br := bufio.NewReaderSize(nil, 4096)
 			for time.Now().Before(to) {
 				err := oneStream(*addr, *chunks, br, func(sent time.Time, first bool, now int64, sched int64) {
@@ -313,7 +231,6 @@ func runLoad(args []string) error {
 					us := float64(now-sched) / 1e3
 					w.lat = append(w.lat, us/1e3)
 					w.hist[histIndex(bounds, us)]++
-					chunksIn.Add(1)
 				})
 				if err != nil {
 					w.errs++
@@ -329,7 +246,7 @@ func runLoad(args []string) error {
 	}
 	wg.Wait()
 
-	res := loadResult{Streams: *streams, WindowSec: duration.Seconds(), Hist: make([]uint64, len(bounds)+1)}
+	res := loadResult{Streams: *streams, WindowSec: window.Seconds(), Hist: make([]uint64, len(bounds)+1)}
 	var lat, ttft []float64
 	for _, w := range ws {
 		lat = append(lat, w.lat...)

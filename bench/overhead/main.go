@@ -3,12 +3,15 @@
 //
 //   - baseline: the server alone;
 //   - tokenwire: the ocb-built collector (_build/tokenwire) running the
-//     default pipeline (config.yaml), with an overlay that moves its
-//     listening ports and points the stream probe at the server's port;
+//     default pipeline (config.yaml: stream metrics and one span per stream),
+//     with an overlay that moves its listening ports and points the stream
+//     probe at the server's port;
 //   - interceptor: the same server instrumented in-process with the
-//     OpenTelemetry Go SDK (TTFT, interval histogram, chunks, bytes per
-//     chunk), exporting over OTLP/gRPC to the same collector binary running
-//     an otlp receiver instead of tokenwire.
+//     OpenTelemetry Go SDK, recording the same measurements (TTFT, chunk
+//     interval histogram, chunks, bytes, duration; one SERVER span per
+//     stream with a first_chunk event) and exporting them over OTLP/gRPC to
+//     the same collector binary running the same pipelines with an otlp
+//     receiver in place of tokenwire.
 //
 // The SSE server, the load generator and the collector are separate
 // processes (this binary re-executes itself as "server", "load" and
@@ -20,13 +23,13 @@
 // measures the collector's memory idle and with 10,000 open streams, with
 // the BPF maps' memlock by map.
 //
-// Needs root. Traffic stays on 127.0.0.1; every loop is bounded.
+// Needs root. Traffic stays on 127.0.0.1; every loop and wait is bounded;
+// on SIGINT/SIGTERM the child processes are stopped before exiting.
 //
 //	go build -o /tmp/overhead ./bench/overhead && /tmp/overhead -collector _build/tokenwire
 package main
 
 import (
-	"bufio"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -35,7 +38,7 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,6 +91,13 @@ func main() {
 orchestrate:
 	flag.Parse()
 	if err := orchestrate(); err != nil {
+		select {
+		case <-interrupted:
+			// The signal handler is stopping the children and will exit;
+			// this error is only a consequence of that.
+			time.Sleep(2 * stopGrace)
+		default:
+		}
 		fmt.Fprintln(os.Stderr, "overhead:", err)
 		os.Exit(1)
 	}
@@ -99,25 +109,44 @@ type row struct {
 	Variant      string
 	Streams      int
 	Load         loadResult
-	ServerCPU    float64 // seconds in the window
+	ServerCPU    float64 // CPU seconds (utime+stime, all threads) in the window
 	CollectorCPU float64
 	LoadCPU      float64
-	ServerMem    benchutil.Mem
+	ServerMem    benchutil.Mem // at the end of the window
 	CollectorMem benchutil.Mem
-	BPFRunNs     uint64 // in the window, all of the collector's programs
-	BPFRunCnt    uint64
-	Window       float64
+	BPFRunNs     uint64   // in the window, the collector's programs only
+	BPFRunCnt    uint64   // runs in the window
+	Window       float64  // nominal window, seconds: chunks count inside it
+	CPUWindow    float64  // measured time between the CPU snapshots, seconds
+	Exported     exported // what the collector's debug exporter saw, whole run
 }
 
+// Ports the bench's own processes listen on (127.0.0.1 only). They are
+// away from the defaults (8888, 8889, 13133, 4317) that other collectors
+// on the host may hold.
+const (
+	telemetryPort = 18888
+	promPort      = 18889
+	healthPort    = 23133
+	otlpPort      = 14317
+)
+
 type env struct {
-	self, tmp    string
-	twConfigs    []string // --config arguments for the tokenwire collector
-	otlpConfig   string
-	stats        io.Closer
-	logs         *os.File
-	healthURL    string
-	otlpEndpoint string
+	self, tmp string
+	twArgs    []string // collector arguments, tokenwire variant
+	icArgs    []string // collector arguments, interceptor variant
+	stats     io.Closer
+	logs      *os.File
+	procs     *procs
+	health    *http.Client
 }
+
+func (e *env) healthURL() string    { return fmt.Sprintf("http://127.0.0.1:%d/", healthPort) }
+func (e *env) otlpEndpoint() string { return fmt.Sprintf("127.0.0.1:%d", otlpPort) }
+func (e *env) serverAddr() string   { return fmt.Sprintf("127.0.0.1:%d", *port) }
+
+// ports are the ports that must be free before a variant starts.
+func (e *env) ports() []int { return []int{*port, telemetryPort, promPort, healthPort, otlpPort} }
 
 func orchestrate() error {
 	if os.Geteuid() != 0 {
@@ -135,7 +164,7 @@ func orchestrate() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	e := &env{self: self, tmp: tmp, healthURL: "http://127.0.0.1:23133/", otlpEndpoint: "127.0.0.1:14317"}
+	e := &env{self: self, tmp: tmp, health: &http.Client{Timeout: 2 * time.Second}}
 	if err := e.writeConfigs(); err != nil {
 		return err
 	}
@@ -145,17 +174,26 @@ func orchestrate() error {
 	if e.logs, err = os.Create(filepath.Join(tmp, "children.log")); err != nil {
 		return err
 	}
-	// Kernel bpf stats on for the whole run: every variant pays the same
-	// (tiny) bookkeeping, and only tokenwire has programs to count.
+	defer e.logs.Close()
+	e.procs = &procs{logs: e.logs}
+	defer e.procs.stopAll()
+	// Kernel bpf stats through a BPF_ENABLE_STATS file descriptor, not the
+	// kernel.bpf_stats_enabled sysctl: the kernel counts holders and turns
+	// the stats off again when the last one closes, so the host's setting
+	// is restored even if this process is killed. They are on for the
+	// whole run: every variant pays the same (tiny) bookkeeping.
 	if e.stats, err = ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err != nil {
 		return fmt.Errorf("enable bpf stats: %w", err)
 	}
 	defer e.stats.Close()
+	e.handleSignals()
 
 	variants := strings.Split(*variantsFlag, ",")
 	compare := func(n int) ([]row, error) {
 		var rows []row
 		for r := range *repeats {
+			// Rotate the order each repeat so no variant always runs first
+			// (cold caches) or right after another's teardown.
 			for k := range variants {
 				v := variants[(k+r)%len(variants)]
 				fmt.Fprintf(os.Stderr, "overhead: repeat %d/%d, %s, %d streams\n", r+1, *repeats, v, n)
@@ -213,6 +251,27 @@ func orchestrate() error {
 	return writeResults(rows, rows2, sweep, mem, variants)
 }
 
+// interrupted is closed when SIGINT, SIGTERM or SIGHUP arrived; the
+// handler then stops the children and exits.
+var interrupted = make(chan struct{})
+
+// handleSignals stops every child (so no collector keeps its programs
+// attached and no server keeps its port), closes the stats fd and removes
+// the temporary directory, then exits 130.
+func (e *env) handleSignals() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sig
+		close(interrupted)
+		fmt.Fprintf(os.Stderr, "overhead: %v: stopping child processes\n", s)
+		e.procs.stopAll()
+		e.stats.Close()
+		os.RemoveAll(e.tmp)
+		os.Exit(130)
+	}()
+}
+
 func (e *env) dumpLogs() {
 	b, _ := os.ReadFile(e.logs.Name())
 	if len(b) > 8000 {
@@ -221,219 +280,274 @@ func (e *env) dumpLogs() {
 	os.Stderr.Write(b)
 }
 
-// writeConfigs writes the overlay that runs the default pipeline on free
-// ports (other collectors on this host may hold 8888, 8889 and 13133),
-// tracking streams on our server's port, and the interceptor variant's
-// collector config: the same processors and exporters fed by OTLP.
+// writeConfigs writes the overlays for the two collectors. Both run the
+// default pipeline file (-config) unchanged except for:
+//   - ports: its listening ports move to the bench's own (other collectors
+//     on this host may hold 8888, 8889 and 13133), and the tokenwire
+//     receiver tracks streams on our server's port;
+//   - interceptor only: an otlp receiver replaces tokenwire in the metrics
+//     and traces pipelines.
+//
+// So both variants' telemetry goes through the same processors to the same
+// exporters: what differs is only where the measurements come from.
 func (e *env) writeConfigs() error {
-	telemetry := `  telemetry:
-    metrics:
-      level: normal
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: 18888
-                without_scope_info: true
-                without_units: true
-                without_type_suffix: true
-`
-	overlay := fmt.Sprintf(`receivers:
+	ports := fmt.Sprintf(`receivers:
   tokenwire:
     streams:
       ports: [%d]
 exporters:
   prometheus:
-    endpoint: 127.0.0.1:18889
+    endpoint: 127.0.0.1:%d
 extensions:
   health_check:
-    endpoint: 127.0.0.1:23133
+    endpoint: 127.0.0.1:%d
 service:
-%s`, *port, telemetry)
+  telemetry:
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: %d
+                without_scope_info: true
+                without_units: true
+                without_type_suffix: true
+`, *port, promPort, healthPort, telemetryPort)
 	otlp := fmt.Sprintf(`receivers:
   otlp:
     protocols:
       grpc:
         endpoint: %s
-processors:
-  memory_limiter:
-    check_interval: 1s
-    limit_mib: 512
-    spike_limit_mib: 128
-  batch:
-exporters:
-  prometheus:
-    endpoint: 127.0.0.1:18889
-  debug:
-    verbosity: basic
-extensions:
-  health_check:
-    endpoint: 127.0.0.1:23133
 service:
-  extensions: [health_check]
   pipelines:
     metrics:
       receivers: [otlp]
-      processors: [memory_limiter, batch]
-      exporters: [prometheus, debug]
-%s`, e.otlpEndpoint, telemetry)
-	ov := filepath.Join(e.tmp, "tokenwire-overlay.yaml")
-	if err := os.WriteFile(ov, []byte(overlay), 0o644); err != nil {
+    traces:
+      receivers: [otlp]
+`, e.otlpEndpoint())
+	portsFile := filepath.Join(e.tmp, "ports-overlay.yaml")
+	otlpFile := filepath.Join(e.tmp, "otlp-overlay.yaml")
+	if err := os.WriteFile(portsFile, []byte(ports), 0o644); err != nil {
 		return err
 	}
-	e.otlpConfig = filepath.Join(e.tmp, "interceptor-collector.yaml")
-	if err := os.WriteFile(e.otlpConfig, []byte(otlp), 0o644); err != nil {
+	if err := os.WriteFile(otlpFile, []byte(otlp), 0o644); err != nil {
 		return err
 	}
-	e.twConfigs = []string{"--config", *baseConfig, "--config", ov}
+	e.twArgs = []string{"--config", *baseConfig, "--config", portsFile}
+	e.icArgs = []string{"--config", *baseConfig, "--config", portsFile, "--config", otlpFile}
 	return nil
 }
 
-func (e *env) start(name string, args ...string) (*exec.Cmd, *bufio.Reader, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Stderr = e.logs
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
-	}
-	return cmd, bufio.NewReader(out), nil
+// collector is a running collector and the file its log goes to.
+type collector struct {
+	*child
+	log *os.File
 }
 
-func stop(cmd *exec.Cmd) {
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+// stop stops the collector and closes its log.
+func (c *collector) stop() {
+	c.child.stop()
+	c.log.Close()
 }
 
-// startCollector starts the collector for a variant and waits until its
-// health check answers.
-func (e *env) startCollector(variant string) (*exec.Cmd, error) {
+// startCollector starts the collector for a variant (nil for baseline),
+// waits until its health check answers and checks that it holds BPF
+// programs exactly when it should: the tokenwire collector must (or there
+// is no BPF time to report), the interceptor's must not (its config must
+// not have started the tokenwire receiver in some other pipeline).
+func (e *env) startCollector(variant string) (*collector, error) {
 	var args []string
 	switch variant {
 	case "tokenwire":
-		args = e.twConfigs
+		args = e.twArgs
 	case "interceptor":
-		args = []string{"--config", e.otlpConfig}
+		args = e.icArgs
 	default:
 		return nil, nil
 	}
-	cmd, out, err := e.start(*collectorBin, args...)
+	// A log of its own, to count what its debug exporter saw (exported).
+	log, err := os.CreateTemp(e.tmp, "collector-"+variant+"-*.log")
 	if err != nil {
 		return nil, err
 	}
-	go io.Copy(e.logs, out)
+	ch, err := e.procs.start(false, log, *collectorBin, args...)
+	if err != nil {
+		log.Close()
+		return nil, err
+	}
+	c := &collector{child: ch, log: log}
+	fail := func(err error) (*collector, error) {
+		c.stop()
+		e.logs.Write(tail(log.Name(), 4000))
+		return nil, err
+	}
 	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(e.healthURL)
+	for {
+		if c.exited() {
+			return fail(fmt.Errorf("collector exited during start: %v", c.waitErr))
+		}
+		if time.Now().After(deadline) {
+			return fail(errors.New("collector did not become healthy within 60 s"))
+		}
+		resp, err := e.health.Get(e.healthURL())
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				time.Sleep(time.Second) // let the receiver finish attaching
-				return cmd, nil
+			if resp.StatusCode == http.StatusOK {
+				break
 			}
-		}
-		if cmd.ProcessState != nil {
-			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	stop(cmd)
-	return nil, errors.New("collector did not become healthy within 60 s")
+	time.Sleep(time.Second) // let the receiver settle after Start
+	if c.exited() {
+		return fail(fmt.Errorf("collector exited after start: %v", c.waitErr))
+	}
+	ps, err := benchutil.Programs(c.pid())
+	if err != nil {
+		return fail(fmt.Errorf("collector's BPF programs: %w", err))
+	}
+	if variant == "tokenwire" && len(ps) == 0 {
+		return fail(errors.New("the tokenwire collector holds no BPF programs"))
+	}
+	if variant == "interceptor" && len(ps) > 0 {
+		return fail(fmt.Errorf("the interceptor's collector holds %d BPF programs: is tokenwire in another pipeline of %s?", len(ps), *baseConfig))
+	}
+	return c, nil
 }
 
-func (e *env) startServer(variant string) (*exec.Cmd, error) {
-	args := []string{"server", "-addr", fmt.Sprintf("127.0.0.1:%d", *port), "-interval", interval.String()}
+// startServer starts the SSE server (instrumented for the interceptor
+// variant) and waits for its "ready" line.
+func (e *env) startServer(variant string) (*child, error) {
+	args := []string{"server", "-addr", e.serverAddr(), "-interval", interval.String()}
 	if variant == "interceptor" {
-		args = append(args, "-otlp", e.otlpEndpoint)
+		args = append(args, "-otlp", e.otlpEndpoint())
 	}
-	cmd, out, err := e.start(e.self, args...)
+	c, err := e.procs.start(true, nil, e.self, args...)
 	if err != nil {
 		return nil, err
 	}
-	line, err := out.ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		stop(cmd)
+	line, err := c.readLine(30 * time.Second)
+	if err != nil || line != "ready" {
+		c.stop()
 		return nil, fmt.Errorf("server did not start: %q %v", line, err)
 	}
-	go io.Copy(io.Discard, out)
-	return cmd, nil
+	c.drain()
+	return c, nil
 }
 
+// snapshot is the cumulative counters at one instant.
 type snapshot struct {
+	at                      time.Time
 	server, collector, load float64
 	bpfNs, bpfCnt           uint64
 }
 
-func snap(server, collector, load *exec.Cmd) snapshot {
-	var s snapshot
-	s.server, _ = benchutil.CPUSeconds(server.Process.Pid)
-	s.load, _ = benchutil.CPUSeconds(load.Process.Pid)
+// snap reads the counters; any error (a process gone) fails the run
+// rather than turning into a zero.
+func snap(server *child, collector *collector, load *child) (snapshot, error) {
+	s := snapshot{at: time.Now()}
+	var err error
+	if s.server, err = benchutil.CPUSeconds(server.pid()); err != nil {
+		return s, fmt.Errorf("server CPU: %w", err)
+	}
+	if s.load, err = benchutil.CPUSeconds(load.pid()); err != nil {
+		return s, fmt.Errorf("load generator CPU: %w", err)
+	}
 	if collector != nil {
-		s.collector, _ = benchutil.CPUSeconds(collector.Process.Pid)
-		ps, _ := benchutil.Programs(collector.Process.Pid)
+		if s.collector, err = benchutil.CPUSeconds(collector.pid()); err != nil {
+			return s, fmt.Errorf("collector CPU: %w", err)
+		}
+		// Only programs the collector holds: others on the host (other
+		// tests, other tools) are not ours to count.
+		ps, err := benchutil.Programs(collector.pid())
+		if err != nil {
+			return s, fmt.Errorf("collector's BPF programs: %w", err)
+		}
 		s.bpfNs, s.bpfCnt = benchutil.SumRunNs(ps)
 	}
-	return s
+	return s, nil
 }
 
-func (e *env) runVariant(variant string, nStreams int, window time.Duration) (row, error) {
-	rw := row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
+// sleepUntil sleeps until t (no-op if t has passed).
+func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
+
+// runVariant runs one variant at nStreams for one window: collector (if
+// any), server, load generator; CPU and BPF counters are read at the
+// window's start and end, which the load generator uses too (passed as
+// absolute times), so chunks and CPU cover the same interval.
+func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
+	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
+	if err := waitPortsFree(e.ports(), 2*time.Minute); err != nil {
+		return rw, err
+	}
 	coll, err := e.startCollector(variant)
 	if err != nil {
 		return rw, err
 	}
-	defer stop(coll)
+	if coll != nil {
+		defer func() {
+			coll.stop() // after the server (defers run last first)
+			if err != nil {
+				e.logs.Write(tail(coll.log.Name(), 4000))
+			}
+		}()
+	}
 	srv, err := e.startServer(variant)
 	if err != nil {
 		return rw, err
 	}
-	defer stop(srv)
+	defer srv.stop()
 	resFile := filepath.Join(e.tmp, "load.json")
 	os.Remove(resFile)
-	load, out, err := e.start(e.self, "load", "-addr", fmt.Sprintf("127.0.0.1:%d", *port),
+	from := time.Now().Add(*warmup)
+	to := from.Add(window)
+	load, err := e.procs.start(false, nil, e.self, "load", "-addr", e.serverAddr(),
 		"-streams", strconv.Itoa(nStreams), "-chunks", strconv.Itoa(*chunks), "-interval", interval.String(),
-		"-warmup", warmup.String(), "-duration", window.String(), "-out", resFile)
+		"-from", strconv.FormatInt(from.UnixNano(), 10), "-to", strconv.FormatInt(to.UnixNano(), 10), "-out", resFile)
 	if err != nil {
 		return rw, err
 	}
-	go io.Copy(io.Discard, out)
-	time.Sleep(*warmup)
-	a := snap(srv, coll, load)
-	time.Sleep(window)
-	b := snap(srv, coll, load)
-	rw.ServerMem, _ = benchutil.Memory(srv.Process.Pid)
+	defer load.stop()
+	sleepUntil(from)
+	a, err := snap(srv, coll, load)
+	if err != nil {
+		return rw, err
+	}
+	sleepUntil(to)
+	b, err := snap(srv, coll, load)
+	if err != nil {
+		return rw, err
+	}
+	if rw.ServerMem, err = benchutil.Memory(srv.pid()); err != nil {
+		return rw, fmt.Errorf("server memory: %w", err)
+	}
 	if coll != nil {
-		rw.CollectorMem, _ = benchutil.Memory(coll.Process.Pid)
-	}
-	// The load generator finishes its streams in flight and exits.
-	done := make(chan error, 1)
-	go func() { done <- load.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return rw, fmt.Errorf("load: %w", err)
+		if rw.CollectorMem, err = benchutil.Memory(coll.pid()); err != nil {
+			return rw, fmt.Errorf("collector memory: %w", err)
 		}
-	case <-time.After(time.Duration(*chunks)*(*interval)*5 + 60*time.Second):
-		load.Process.Kill()
-		<-done
-		return rw, errors.New("load generator did not finish")
 	}
+	rw.CPUWindow = b.at.Sub(a.at).Seconds()
 	rw.ServerCPU, rw.CollectorCPU, rw.LoadCPU = b.server-a.server, b.collector-a.collector, b.load-a.load
 	rw.BPFRunNs, rw.BPFRunCnt = b.bpfNs-a.bpfNs, b.bpfCnt-a.bpfCnt
+	// The load generator finishes the streams in flight (each at most
+	// -chunks intervals, plus its own per-stream deadline) and exits.
+	if err := load.wait(time.Duration(*chunks)*(*interval)*5 + 60*time.Second); err != nil {
+		return rw, fmt.Errorf("load: %w", err)
+	}
+	if srv.exited() || (coll != nil && coll.exited()) {
+		return rw, errors.New("server or collector exited during the run")
+	}
+	// Server first, so that the interceptor flushes its last spans and the
+	// tokenwire collector sees the last streams end; then the collector,
+	// which flushes its pipelines on the way out.
+	srv.stop()
+	if coll != nil {
+		coll.stop()
+		if rw.Exported, err = countExported(coll.log.Name()); err != nil {
+			return rw, err
+		}
+	}
 	raw, err := os.ReadFile(resFile)
 	if err != nil {
 		return rw, err
@@ -444,10 +558,25 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (ro
 	return rw, nil
 }
 
+// cores is CPU seconds per second of the measured window.
+func (r row) cores(cpuSec float64) float64 {
+	if r.CPUWindow <= 0 {
+		return 0
+	}
+	return cpuSec / r.CPUWindow
+}
+
 func printRow(r row) {
-	fmt.Fprintf(os.Stderr, "  %-11s streams=%d chunks=%d (%.0f/s) errors=%d latency p50=%.3fms p99=%.3fms max=%.1fms server=%.2fs coll=%.2fs bpf=%.3fs srvRSS=%.1fMiB collRSS=%.1fMiB\n",
+	fmt.Fprintf(os.Stderr, "  %-11s streams=%d chunks=%d (%.0f/s) errors=%d latency p50=%.3fms p99=%.3fms max=%.1fms server=%.2fs coll=%.2fs load=%.2fs bpf=%.4fs (%d runs) srvRSS=%.1fMiB collRSS=%.1fMiB\n",
 		r.Variant, r.Streams, r.Load.Chunks, float64(r.Load.Chunks)/r.Window, r.Load.Errors, at(r.Load.LatencyMs, 0), at(r.Load.LatencyMs, 2), at(r.Load.LatencyMs, 4),
-		r.ServerCPU, r.CollectorCPU, float64(r.BPFRunNs)/1e9, mib(r.ServerMem.RSS), mib(r.CollectorMem.RSS))
+		r.ServerCPU, r.CollectorCPU, r.LoadCPU, float64(r.BPFRunNs)/1e9, r.BPFRunCnt, mib(r.ServerMem.RSS), mib(r.CollectorMem.RSS))
+	if r.Variant != "baseline" {
+		fmt.Fprintf(os.Stderr, "  %-11s streams completed=%d, collector exported spans=%d metric points=%d\n",
+			"", r.Load.Completed, r.Exported.Spans, r.Exported.Points)
+	}
+	if r.Load.FirstError != "" {
+		fmt.Fprintf(os.Stderr, "  first load error: %s\n", r.Load.FirstError)
+	}
 }
 
 func at(v []float64, i int) float64 {
@@ -472,51 +601,66 @@ type memResult struct {
 }
 
 // memory starts the tokenwire collector and the server, measures the
-// collector idle (12 s after start; CPU over the last 10 s), then with -idle-conns open streams.
+// collector idle (CPU over 10 s starting 2 s after the server, memory at
+// the end of those), then with n open streams.
 func (e *env) memory(n int) (*memResult, error) {
 	m := &memResult{}
+	if err := waitPortsFree(e.ports(), 2*time.Minute); err != nil {
+		return nil, err
+	}
 	coll, err := e.startCollector("tokenwire")
 	if err != nil {
 		return nil, err
 	}
-	defer stop(coll)
+	defer coll.stop()
 	srv, err := e.startServer("baseline")
 	if err != nil {
 		return nil, err
 	}
-	defer stop(srv)
-	pid := coll.Process.Pid
+	defer srv.stop()
+	pid := coll.pid()
 	time.Sleep(2 * time.Second)
-	c0, _ := benchutil.CPUSeconds(pid)
-	time.Sleep(10 * time.Second)
-	c1, _ := benchutil.CPUSeconds(pid)
-	m.IdleCPU = (c1 - c0) / 10
-	m.Idle, _ = benchutil.Memory(pid)
-	m.Maps, _ = benchutil.Maps(pid)
-
-	idle, out, err := e.start(e.self, "idle", "-addr", fmt.Sprintf("127.0.0.1:%d", *port), "-conns", strconv.Itoa(n), "-hold", "120s")
+	t0 := time.Now()
+	c0, err := benchutil.CPUSeconds(pid)
 	if err != nil {
 		return nil, err
 	}
-	defer stop(idle)
-	lineCh := make(chan string, 1)
-	go func() {
-		l, _ := out.ReadString('\n')
-		lineCh <- strings.TrimSpace(l)
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case m.Connected = <-lineCh:
-	case <-time.After(90 * time.Second):
-		return nil, errors.New("idle connections not established within 90 s")
+	time.Sleep(10 * time.Second)
+	c1, err := benchutil.CPUSeconds(pid)
+	if err != nil {
+		return nil, err
 	}
+	m.IdleCPU = (c1 - c0) / time.Since(t0).Seconds()
+	if m.Idle, err = benchutil.Memory(pid); err != nil {
+		return nil, err
+	}
+	m.Maps, _ = benchutil.Maps(pid)
+
+	idle, err := e.procs.start(true, nil, e.self, "idle", "-addr", e.serverAddr(), "-conns", strconv.Itoa(n), "-hold", "120s")
+	if err != nil {
+		return nil, err
+	}
+	defer idle.stop()
+	if m.Connected, err = idle.readLine(90 * time.Second); err != nil {
+		return nil, fmt.Errorf("idle connections not established within 90 s: %w", err)
+	}
+	idle.drain()
 	// Two collection intervals' worth of the streams being open.
-	c0, _ = benchutil.CPUSeconds(pid)
+	t0 = time.Now()
+	if c0, err = benchutil.CPUSeconds(pid); err != nil {
+		return nil, err
+	}
 	time.Sleep(12 * time.Second)
-	c1, _ = benchutil.CPUSeconds(pid)
-	m.CPU10k = (c1 - c0) / 12
-	m.Streaming10k, _ = benchutil.Memory(pid)
-	m.ServerAt10k, _ = benchutil.Memory(srv.Process.Pid)
+	if c1, err = benchutil.CPUSeconds(pid); err != nil {
+		return nil, err
+	}
+	m.CPU10k = (c1 - c0) / time.Since(t0).Seconds()
+	if m.Streaming10k, err = benchutil.Memory(pid); err != nil {
+		return nil, err
+	}
+	if m.ServerAt10k, err = benchutil.Memory(srv.pid()); err != nil {
+		return nil, err
+	}
 	m.Maps10k, _ = benchutil.Maps(pid)
 	return m, nil
 }
@@ -539,18 +683,18 @@ func f3(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 func u(x uint64) string   { return strconv.FormatUint(x, 10) }
 
 func rowCSV(r row) []string {
-	return []string{strconv.Itoa(r.Repeat), r.Variant, strconv.Itoa(r.Streams), f3(r.Window),
+	return []string{strconv.Itoa(r.Repeat), r.Variant, strconv.Itoa(r.Streams), f3(r.Window), f3(r.CPUWindow),
 		strconv.Itoa(r.Load.Chunks), strconv.Itoa(r.Load.Completed), strconv.Itoa(r.Load.Errors),
 		f3(at(r.Load.LatencyMs, 0)), f3(at(r.Load.LatencyMs, 1)), f3(at(r.Load.LatencyMs, 2)), f3(at(r.Load.LatencyMs, 3)), f3(at(r.Load.LatencyMs, 4)),
 		f3(at(r.Load.TTFTMs, 0)), f3(at(r.Load.TTFTMs, 1)),
 		f3(r.ServerCPU), f3(r.CollectorCPU), f3(r.LoadCPU),
 		u(r.ServerMem.RSS), u(r.ServerMem.HWM), u(r.CollectorMem.RSS), u(r.CollectorMem.HWM),
-		u(r.BPFRunNs), u(r.BPFRunCnt)}
+		u(r.BPFRunNs), u(r.BPFRunCnt), strconv.Itoa(r.Exported.Spans), strconv.Itoa(r.Exported.Points)}
 }
 
-var rowHeader = []string{"repeat", "variant", "streams", "window_s", "chunks", "streams_completed", "errors",
+var rowHeader = []string{"repeat", "variant", "streams", "window_s", "cpu_window_s", "chunks", "streams_completed", "errors",
 	"latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_p999_ms", "latency_max_ms",
 	"ttft_client_p50_ms", "ttft_client_p99_ms",
 	"server_cpu_s", "collector_cpu_s", "loadgen_cpu_s",
 	"server_rss_bytes", "server_hwm_bytes", "collector_rss_bytes", "collector_hwm_bytes",
-	"bpf_run_ns", "bpf_run_cnt"}
+	"bpf_run_ns", "bpf_run_cnt", "collector_spans_exported", "collector_metric_points_exported"}
