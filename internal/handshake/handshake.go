@@ -102,8 +102,10 @@ type Tracer struct {
 	reader *ringbuf.Reader
 	record ringbuf.Record
 
-	closeOnce sync.Once
-	closeErr  error
+	detachOnce sync.Once
+	detachErr  error
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 const tracepointGroup, tracepointName, kernelFunc = "sock", "inet_sock_set_state", "tcp_set_state"
@@ -177,7 +179,7 @@ func (t *Tracer) Hook() hook.Choice { return t.choice }
 func (t *Tracer) Read(ev *Event) error {
 	for {
 		if err := probe.ReadRing(t.reader, &t.record); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
+			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
 				return ErrClosed
 			}
 			return err
@@ -241,14 +243,32 @@ func (t *Tracer) TrackedSockets() (int, error) {
 	return probe.CountEntries(t.maps.TwHsSynSent)
 }
 
+func (t *Tracer) detach() error {
+	t.detachOnce.Do(func() {
+		if t.choice.Closer != nil {
+			t.detachErr = t.choice.Closer.Close()
+		}
+	})
+	return t.detachErr
+}
+
+// Stop detaches the probe, so the kernel writes no more events, and lets
+// Read return the events already in the ring buffer before it returns
+// ErrClosed: a collector that shuts down reports everything that happened
+// while it ran. Close is still needed to free the maps.
+func (t *Tracer) Stop() error {
+	err := t.detach()
+	if t.reader != nil {
+		err = errors.Join(err, t.reader.Flush())
+	}
+	return err
+}
+
 // Close detaches the probe, stops a blocked Read and frees every map. It
 // may be called more than once and concurrently with Read.
 func (t *Tracer) Close() error {
 	t.closeOnce.Do(func() {
-		var errs []error
-		if t.choice.Closer != nil {
-			errs = append(errs, t.choice.Closer.Close())
-		}
+		errs := []error{t.detach()}
 		if t.reader != nil {
 			errs = append(errs, t.reader.Close())
 		}

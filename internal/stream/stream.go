@@ -202,8 +202,10 @@ type Tracer struct {
 	reader *ringbuf.Reader
 	record ringbuf.Record
 
-	closeOnce sync.Once
-	closeErr  error
+	detachOnce sync.Once
+	detachErr  error
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // ErrClosed is returned by Read after Close.
@@ -354,7 +356,7 @@ func (t *Tracer) HookPoints() []HookPoint { return t.points }
 // ErrClosed after Close. Not safe for concurrent use; allocates nothing.
 func (t *Tracer) Read(rec *Record) error {
 	if err := probe.ReadRing(t.reader, &t.record); err != nil {
-		if errors.Is(err, ringbuf.ErrClosed) {
+		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
 			return ErrClosed
 		}
 		return err
@@ -472,16 +474,36 @@ func (t *Tracer) Sockets() (int, error) {
 	return probe.CountEntries(t.maps.TwStSocks)
 }
 
-// Close detaches every hook point, stops a blocked Read and frees the maps.
-// It may be called more than once and concurrently with Read.
-func (t *Tracer) Close() error {
-	t.closeOnce.Do(func() {
+func (t *Tracer) detach() error {
+	t.detachOnce.Do(func() {
 		var errs []error
 		for i := len(t.points) - 1; i >= 0; i-- {
 			if c := t.points[i].Choice.Closer; c != nil {
 				errs = append(errs, c.Close())
 			}
 		}
+		t.detachErr = errors.Join(errs...)
+	})
+	return t.detachErr
+}
+
+// Stop detaches every hook point, so the kernel writes no more records,
+// and lets Read return the records already in the ring buffer before it
+// returns ErrClosed: streams that ended while the collector ran are all
+// reported when it shuts down. Close is still needed to free the maps.
+func (t *Tracer) Stop() error {
+	err := t.detach()
+	if t.reader != nil {
+		err = errors.Join(err, t.reader.Flush())
+	}
+	return err
+}
+
+// Close detaches every hook point, stops a blocked Read and frees the maps.
+// It may be called more than once and concurrently with Read.
+func (t *Tracer) Close() error {
+	t.closeOnce.Do(func() {
+		errs := []error{t.detach()}
 		if t.reader != nil {
 			errs = append(errs, t.reader.Close())
 		}

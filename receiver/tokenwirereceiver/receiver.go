@@ -194,13 +194,22 @@ func (r *tokenwireReceiver) stop(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
 	}
+	// Detach first and let the read loops drain what the kernel already
+	// wrote: records still in a ring buffer (up to a poll interval, or a
+	// wake-up batch) are streams and handshakes that happened.
 	if r.handshakes != nil {
-		errs = append(errs, r.handshakes.Close()) // unblocks readHandshakes
+		errs = append(errs, r.handshakes.Stop())
 	}
 	if r.streams != nil {
-		errs = append(errs, r.streams.Close()) // unblocks readStreams
+		errs = append(errs, r.streams.Stop())
 	}
 	r.wg.Wait()
+	if r.handshakes != nil {
+		errs = append(errs, r.handshakes.Close())
+	}
+	if r.streams != nil {
+		errs = append(errs, r.streams.Close())
+	}
 	if r.handshakes != nil || r.streams != nil || r.xdp != nil {
 		// Everything read so far goes out before we stop: a short-lived
 		// collector must not lose its last interval.
