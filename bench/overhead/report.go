@@ -281,8 +281,8 @@ func writeVariants(b *strings.Builder) {
 	w("- **interceptor**: the server instrumented in-process with the OpenTelemetry Go SDK: per chunk one histogram record "+
 		"(TTFT for the first chunk, the interval after it) and two counter adds (chunks, bytes); per stream a duration record and one SERVER span "+
 		"with tokenwire's span attributes and a `first_chunk` event. Metrics (same names, attributes and bucket bounds as tokenwire's) are exported every 10 s "+
-		"with otlpmetricgrpc; spans go through the SDK's batch span processor (defaults) to an OTLP/gRPC span exporter in the benchmark "+
-		"(the same protobuf conversion as otlptracegrpc, without its retry queue). Both go to the same collector binary running the same `%s` "+
+		"with otlpmetricgrpc; spans go through the SDK's batch span processor (defaults) to otlptracegrpc. "+
+		"Both go to the same collector binary running the same `%s` "+
 		"with an otlp receiver in place of tokenwire; that collector's CPU and RSS are the interceptor's collector columns.\n\n", filepath.Base(*baseConfig))
 }
 
