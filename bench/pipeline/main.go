@@ -1,19 +1,32 @@
 // Command pipeline measures the record pipeline's ceiling: how many stream
-// records per second the user-space reader (internal/stream's Tracer.Read:
-// ring buffer -> decoded stream.Record, the receiver's first stage) takes
-// with zero loss, when a kernel-side producer writes them.
+// records per second the user-space side takes with zero loss when a
+// kernel-side producer writes them, where loss starts, and heap
+// allocations per record. Stages, each a sweep of producer rates:
 //
-// The producer is a bench-only XDP program (producer.bpf.c) run with
-// BPF_PROG_TEST_RUN repeat; it writes END records in the real layout into
-// the real tracer's ring buffer (the map is shared by MapReplacements).
-// One thread produces at a paced target rate while the reader drains on
-// another; loss is what the producer could not reserve (ring full). The
-// rate where loss starts, and the unpaced maximum, are reported, with heap
-// allocations per record read.
+//   - record-end: ring buffer -> decoded stream.Record (internal/stream's
+//     Tracer.Read, the receiver's first stage), END records only;
+//   - record: the same with whole streams (REQUEST, RESPONSE, PROGRESS,
+//     END: two 576-byte and two 208-byte records per stream);
+//   - metrics: whole streams through the whole user-space side: decode,
+//     the receiver's aggregation (tokenwirereceiver.StreamAggregator: the
+//     open-stream table, head parsing, caps, series) and pdata metrics
+//     built every -interval, all on the reader thread;
+//   - spans: as metrics, with one span per stream, taken every second as
+//     the receiver's span flush does.
+//
+// Every stage runs at each ring buffer size in -rings: where loss starts
+// depends on the ring's room more than on the reader's per-record cost.
+//
+// The producer is a bench-only tc program (producer.bpf.c) run with
+// BPF_PROG_TEST_RUN repeat; it writes records in the real layouts into the
+// real tracer's ring buffer (the map is shared by MapReplacements). The
+// producer thread is pinned to one CPU and paced to a target rate; the
+// reader thread is pinned to the other. Loss is what the producer could
+// not reserve (ring full).
 //
 // Needs root.
 //
-//	go run ./bench/pipeline -rates 500000,1000000,2000000,0
+//	go run ./bench/pipeline -rates 500000,1000000,2000000,0 -rings 262144
 package main
 
 import (
@@ -21,37 +34,145 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
-	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/probe"
 	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver"
 )
 
 var (
-	ratesFlag = flag.String("rates", "500000,1000000,1500000,2000000,3000000,0", "target records/s per step (0: as fast as the producer goes)")
-	stepDur   = flag.Duration("step", 2*time.Second, "time per step")
-	ringBytes = flag.Int("ring", 256<<10, "ring buffer bytes (the receiver's default is 256 KiB)")
-	batch     = flag.Int("batch", 4096, "records per BPF_PROG_TEST_RUN call (repeat)")
-	outDir    = flag.String("outdir", "bench/results", "where pipeline.csv and pipeline.md go")
+	ratesFlag  = flag.String("rates", "250000,500000,1000000,1500000,2000000,3000000,0", "target records/s per step (0: as fast as the producer goes)")
+	stagesFlag = flag.String("stages", "record-end,record,metrics,spans", "stages to run (see the package doc)")
+	stepDur    = flag.Duration("step", time.Second, "time per step")
+	ringsFlag  = flag.String("rings", "262144,4194304", "ring buffer sizes in bytes, each a run of every stage (the receiver's default is 256 KiB: ring_buffer_size)")
+	batch      = flag.Int("batch", 256, "records per BPF_PROG_TEST_RUN call (repeat); the producer writes a batch at full speed, so keep it well under the ring's capacity for pacing to mean a rate")
+	inflight   = flag.Int("inflight", 9, "whole streams: 2^inflight streams open at once")
+	interval   = flag.Duration("interval", time.Second, "metrics/spans stages: how often the reader builds pdata metrics (the receiver's collection_interval; its default is 10s)")
+	outDir     = flag.String("outdir", "bench/results", "where pipeline.csv and pipeline.md go")
+	memProfile = flag.String("memprofile", "", "write a heap profile of every allocation here (slows the run)")
 )
 
+// What the producer patches per stream: a digit of the path (8 paths) and
+// of the model (4 models), so the receiver keeps 32 series.
+const (
+	requestHead = "POST /v1/pX/chat/completions HTTP/1.1\r\nHost: localhost:8000\r\nContent-Type: application/json\r\n" +
+		"Content-Length: 80\r\n\r\n{\"model\":\"mX\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}"
+	responseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+// stage is one way of handling records on the reader thread.
+type stage struct {
+	name  string
+	whole bool // whole streams rather than END records
+	agg   bool // through the receiver's aggregation and pdata
+	spans bool
+}
+
+var stages = []stage{
+	{name: "record-end"},
+	{name: "record", whole: true},
+	{name: "metrics", whole: true, agg: true},
+	{name: "spans", whole: true, agg: true, spans: true},
+}
+
 type step struct {
+	ring                     int // bytes
+	stage                    string
 	target                   float64
 	produced, lost, consumed uint64
 	seconds                  float64
 	mallocs                  uint64
+	readerNs                 uint64 // reader thread's CPU time
+	waitNs                   uint64 // reader thread's time runnable, waiting for its CPU
+	builds                   uint64 // pdata metrics built
+}
+
+// reader drains the ring on its own pinned thread, handing records to the
+// current stage's aggregator, if any.
+type reader struct {
+	tr       *stream.Tracer
+	tid      atomic.Int64
+	consumed atomic.Uint64
+	ends     atomic.Uint64
+	builds   atomic.Uint64
+	agg      atomic.Pointer[tokenwirereceiver.StreamAggregator]
+	err      error
+}
+
+func (r *reader) run(cpu int, done chan<- struct{}) {
+	defer close(done)
+	runtime.LockOSThread()
+	if err := pin(cpu); err != nil {
+		r.err = err
+		return
+	}
+	r.tid.Store(int64(unix.Gettid()))
+	var rec stream.Record
+	var cur *tokenwirereceiver.StreamAggregator
+	var lastBuild time.Time
+	for n := uint64(1); ; n++ {
+		if err := r.tr.Read(&rec); err != nil {
+			if !errors.Is(err, stream.ErrClosed) {
+				r.err = err
+			}
+			return
+		}
+		if rec.Kind == stream.KindEnd {
+			r.ends.Add(1)
+		}
+		if a := r.agg.Load(); a != nil {
+			if a != cur {
+				cur, lastBuild = a, time.Now()
+			}
+			a.Add(&rec)
+			// Checking the clock every 256 records is enough at these rates.
+			if n%256 == 0 && time.Since(lastBuild) >= *interval {
+				now := time.Now()
+				_ = a.Metrics(pcommon.NewTimestampFromTime(now))
+				_ = a.Spans()
+				lastBuild = now
+				r.builds.Add(1)
+			}
+		}
+		r.consumed.Add(1)
+	}
+}
+
+// sched is the reader thread's time on CPU and time runnable but waiting
+// for a CPU so far, in ns (schedstat).
+func (r *reader) sched() (onCPU, waiting uint64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", r.tid.Load()))
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, 0
+	}
+	onCPU, _ = strconv.ParseUint(f[0], 10, 64)
+	waiting, _ = strconv.ParseUint(f[1], 10, 64)
+	return onCPU, waiting
+}
+
+// pin binds the calling (locked) thread to one CPU.
+func pin(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return unix.SchedSetaffinity(0, &set)
 }
 
 func main() {
@@ -63,123 +184,251 @@ func main() {
 }
 
 func run() error {
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return err
-	}
-	// The real tracer, watching a port nothing uses: its programs are
-	// attached but idle; only the producer writes into its ring.
-	tr, err := stream.Open(stream.Config{
-		Ports: []uint16{9}, MaxSockets: 1024, RingBufferBytes: uint32(*ringBytes),
-		HookOrder: hook.DefaultOrder, Coalesce: 500 * time.Microsecond, FlushInterval: time.Second,
-		GapBounds: gapBounds(),
-	})
-	if err != nil {
-		return fmt.Errorf("open stream tracer: %w", err)
-	}
-	defer tr.Close()
-	ring, err := ownMap("tw_st_events")
-	if err != nil {
-		return err
-	}
-	defer ring.Close()
-
-	spec, err := loadProducer()
-	if err != nil {
-		return err
-	}
-	spec.Maps["tw_st_events"].MaxEntries = uint32(*ringBytes)
-	if err := spec.Variables["wakeup_bytes"].Set(probe.WakeupBytes(uint32(*ringBytes))); err != nil {
-		return err
-	}
-	var objs producerObjects
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"tw_st_events": ring}}); err != nil {
-		return fmt.Errorf("load producer: %w", err)
-	}
-	defer objs.Close()
-
-	// The reader: the receiver's loop, minus what it does with a record.
-	var consumed atomic.Uint64
-	var kinds atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		var rec stream.Record
-		for {
-			if err := tr.Read(&rec); err != nil {
-				return
+	if *memProfile != "" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
 			}
-			if rec.Kind == stream.KindEnd {
-				kinds.Add(1)
-			}
-			consumed.Add(1)
-		}
-	}()
-
-	pkt := make([]byte, 64)
-	runtime.LockOSThread()
-	// Warm-up, not recorded: the reader's first wake-ups, page faults on
-	// the ring's pages.
-	for range 50 {
-		if _, err := objs.TwBenchProduce.Run(&ebpf.RunOptions{Data: pkt, Repeat: uint32(*batch)}); err != nil {
-			return fmt.Errorf("test run: %w", err)
-		}
+		}()
 	}
-	var steps []step
+	if runtime.NumCPU() < 2 {
+		return errors.New("needs two CPUs: one for the producer, one for the reader")
+	}
+	var rates []float64
 	for _, s := range strings.Split(*ratesFlag, ",") {
 		target, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil {
 			return fmt.Errorf("-rates: %w", err)
 		}
-		// Drain what is left, then measure.
-		time.Sleep(300 * time.Millisecond)
-		var p0, l0 uint64
-		objs.Produced.Get(&p0)
-		objs.Lost.Get(&l0)
-		c0 := consumed.Load()
-		var ms0, ms1 runtime.MemStats
-		runtime.ReadMemStats(&ms0)
-		start := time.Now()
-		end := start.Add(*stepDur)
-		n := 0
-		for now := time.Now(); now.Before(end); now = time.Now() {
-			if target > 0 {
-				due := start.Add(time.Duration(float64(n) / target * float64(time.Second)))
-				if d := due.Sub(now); d > 0 {
-					if d > 200*time.Microsecond {
-						time.Sleep(d)
-					}
-					continue
-				}
-			}
-			if _, err := objs.TwBenchProduce.Run(&ebpf.RunOptions{Data: pkt, Repeat: uint32(*batch)}); err != nil {
-				return fmt.Errorf("test run: %w", err)
-			}
-			n += *batch
-		}
-		secs := time.Since(start).Seconds()
-		// Let the reader finish what was produced (it polls every 100 ms).
-		var p1, l1 uint64
-		objs.Produced.Get(&p1)
-		objs.Lost.Get(&l1)
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if consumed.Load()-c0 >= (p1-p0)-(l1-l0) {
-				break
-			}
-		}
-		runtime.ReadMemStats(&ms1)
-		st := step{target: target, produced: p1 - p0, lost: l1 - l0, consumed: consumed.Load() - c0, seconds: secs, mallocs: ms1.Mallocs - ms0.Mallocs}
-		steps = append(steps, st)
-		fmt.Fprintf(os.Stderr, "pipeline: target %.0f/s: produced %.0f/s, lost %d (%.2f%%), read %d, %.3f allocs/record\n",
-			target, float64(st.produced)/secs, st.lost, 100*float64(st.lost)/float64(max(st.produced, 1)), st.consumed,
-			float64(st.mallocs)/float64(max(st.consumed, 1)))
+		rates = append(rates, target)
 	}
+	var chosen []stage
+	for _, name := range strings.Split(*stagesFlag, ",") {
+		i := -1
+		for j, st := range stages {
+			if st.name == strings.TrimSpace(name) {
+				i = j
+			}
+		}
+		if i < 0 {
+			return fmt.Errorf("-stages: unknown stage %q", name)
+		}
+		chosen = append(chosen, stages[i])
+	}
+	var rings []int
+	for _, f := range strings.Split(*ringsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("-rings: %w", err)
+		}
+		rings = append(rings, n)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	if err := pin(0); err != nil {
+		return err
+	}
+	var steps []step
+	for _, ring := range rings {
+		s, err := runRing(ring, chosen, rates)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, s...)
+	}
+	return write(steps, rings)
+}
+
+// runRing runs every stage with a ring buffer of ringBytes: the real
+// tracer, the producer writing into its ring, the reader draining it.
+func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
+	// The real tracer, watching a port nothing uses: its programs are
+	// attached but idle; only the producer writes into its ring.
+	tr, err := stream.Open(stream.Config{
+		Ports: []uint16{9}, MaxSockets: 1024, RingBufferBytes: uint32(ringBytes),
+		HookOrder: hook.DefaultOrder, Coalesce: 500 * time.Microsecond, FlushInterval: time.Second,
+		GapBounds: stream.DefaultGapBounds,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open stream tracer: %w", err)
+	}
+	defer tr.Close()
+	objs, err := loadProducerIntoRing(ringBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer objs.Close()
+
+	r := &reader{tr: tr}
+	done := make(chan struct{})
+	go r.run(1, done)
+	opts := &ebpf.RunOptions{Data: make([]byte, 64), Repeat: uint32(*batch)}
+	produce := func() error {
+		if _, err := objs.TwBenchProduce.Run(opts); err != nil {
+			return fmt.Errorf("test run: %w", err)
+		}
+		return nil
+	}
+
+	var steps []step
+	for _, st := range chosen {
+		whole := uint32(0)
+		if st.whole {
+			whole = 1
+		}
+		if err := objs.WholeStreams.Set(whole); err != nil {
+			return nil, err
+		}
+		var agg *tokenwirereceiver.StreamAggregator
+		if st.agg {
+			host, _ := os.Hostname()
+			agg = tokenwirereceiver.NewStreamAggregator(receivertest.NewNopSettings(tokenwirereceiver.NewFactory().Type()), st.spans, host)
+		}
+		r.agg.Store(agg)
+		// Warm-up, not recorded: the reader's first wake-ups, page faults
+		// on the ring's pages, the aggregator's series and interned values.
+		for range 200 {
+			if err := produce(); err != nil {
+				return nil, err
+			}
+		}
+		for _, target := range rates {
+			s, err := measure(objs, r, produce, st.name, target)
+			if err != nil {
+				return nil, err
+			}
+			s.ring = ringBytes
+			steps = append(steps, s)
+			fmt.Fprintf(os.Stderr, "pipeline: %4d KiB %-10s target %8.0f/s: produced %8.0f/s, lost %d (%.2f%%), read %d, %.4f allocs/record, reader %.0f ns/record, %.0f%% busy, %.1f%% waiting for its CPU\n",
+				ringBytes>>10, s.stage, target, float64(s.produced)/s.seconds, s.lost, 100*float64(s.lost)/float64(max(s.produced, 1)), s.consumed,
+				s.allocsPerRecord(), s.readerNsPerRecord(), s.busy(), s.waiting())
+		}
+		if agg != nil && agg.Skipped+agg.Evicted > 0 {
+			fmt.Fprintf(os.Stderr, "pipeline: %s: %d streams skipped, %d evicted (lost REQUEST/RESPONSE records)\n", st.name, agg.Skipped, agg.Evicted)
+		}
+	}
+	r.agg.Store(nil)
 	tr.Close()
 	<-done
-	if kinds.Load() == 0 {
-		return errors.New("the reader decoded no END records: the producer's layout does not match")
+	if r.err != nil {
+		return nil, fmt.Errorf("reader: %w", r.err)
 	}
-	return write(steps)
+	if r.ends.Load() == 0 {
+		return nil, errors.New("the reader decoded no END records: the producer's layout does not match")
+	}
+	return steps, nil
+}
+
+// measure runs one step: the producer paced to target (0: unpaced) for
+// -step, then waits for the reader to catch up.
+func measure(objs *producerObjects, r *reader, produce func() error, name string, target float64) (step, error) {
+	// Drain what is left, then measure.
+	time.Sleep(300 * time.Millisecond)
+	var p0, l0 uint64
+	if err := objs.Produced.Get(&p0); err != nil {
+		return step{}, err
+	}
+	if err := objs.Lost.Get(&l0); err != nil {
+		return step{}, err
+	}
+	c0, b0 := r.consumed.Load(), r.builds.Load()
+	cpu0, wait0 := r.sched()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	start := time.Now()
+	end := start.Add(*stepDur)
+	n := 0
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		if target > 0 {
+			due := start.Add(time.Duration(float64(n) / target * float64(time.Second)))
+			if d := due.Sub(now); d > 0 {
+				if d > 200*time.Microsecond {
+					time.Sleep(d)
+				}
+				continue
+			}
+		}
+		if err := produce(); err != nil {
+			return step{}, err
+		}
+		n += *batch
+	}
+	secs := time.Since(start).Seconds()
+	var p1, l1 uint64
+	if err := objs.Produced.Get(&p1); err != nil {
+		return step{}, err
+	}
+	if err := objs.Lost.Get(&l1); err != nil {
+		return step{}, err
+	}
+	// Let the reader finish what was produced (it polls on a short timer).
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if r.consumed.Load()-c0 >= (p1-p0)-(l1-l0) {
+			break
+		}
+	}
+	runtime.ReadMemStats(&ms1)
+	cpu1, wait1 := r.sched()
+	return step{
+		stage: name, target: target, produced: p1 - p0, lost: l1 - l0, consumed: r.consumed.Load() - c0,
+		seconds: secs, mallocs: ms1.Mallocs - ms0.Mallocs, readerNs: cpu1 - cpu0, waitNs: wait1 - wait0, builds: r.builds.Load() - b0,
+	}, nil
+}
+
+func (s step) allocsPerRecord() float64 {
+	return float64(s.mallocs) / float64(max(s.consumed, 1))
+}
+
+func (s step) readerNsPerRecord() float64 {
+	return float64(s.readerNs) / float64(max(s.consumed, 1))
+}
+
+// busy is the reader thread's CPU use in percent of one core over the
+// step (the catch-up after it too, so it can pass 100 slightly).
+func (s step) busy() float64 { return 100 * float64(s.readerNs) / (s.seconds * 1e9) }
+
+// waiting is the reader thread's time runnable but not running (another
+// thread had its CPU), in percent of the step.
+func (s step) waiting() float64 { return 100 * float64(s.waitNs) / (s.seconds * 1e9) }
+
+// loadProducerIntoRing loads the producer with the tracer's ring buffer in
+// place of its own, and the stream heads it writes.
+func loadProducerIntoRing(ringBytes int) (*producerObjects, error) {
+	ring, err := ownMap("tw_st_events")
+	if err != nil {
+		return nil, err
+	}
+	defer ring.Close()
+	spec, err := loadProducer()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps["tw_st_events"].MaxEntries = uint32(ringBytes)
+	var req, resp [stream.PeekMax]byte
+	copy(req[:], requestHead)
+	copy(resp[:], responseHead)
+	for name, v := range map[string]any{
+		"wakeup_bytes": probe.WakeupBytes(uint32(ringBytes)),
+		"req_head":     req, "req_len": uint16(len(requestHead)),
+		"resp_head": resp, "resp_len": uint16(len(responseHead)),
+		"path_digit":  uint32(strings.IndexByte(requestHead, 'X')),
+		"model_digit": uint32(strings.LastIndexByte(requestHead, 'X')),
+		"shift":       uint32(*inflight),
+		"bench_pid":   uint32(os.Getpid()),
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("producer variable %s: %w", name, err)
+		}
+	}
+	var objs producerObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"tw_st_events": ring}}); err != nil {
+		return nil, fmt.Errorf("load producer: %w", err)
+	}
+	return &objs, nil
 }
 
 // ownMap finds a map this process holds by name.
@@ -194,61 +443,4 @@ func ownMap(name string) (*ebpf.Map, error) {
 		}
 	}
 	return nil, fmt.Errorf("map %s not found among this process's maps", name)
-}
-
-func gapBounds() []time.Duration {
-	secs := []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
-	out := make([]time.Duration, len(secs))
-	for i, s := range secs {
-		out[i] = time.Duration(s * float64(time.Second))
-	}
-	return out
-}
-
-func write(steps []step) error {
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		return err
-	}
-	var csv strings.Builder
-	csv.WriteString("target_per_s,seconds,produced,lost,consumed,produced_per_s,consumed_per_s,mallocs,allocs_per_record\n")
-	var md strings.Builder
-	fmt.Fprintf(&md, "## 4. Record pipeline ceiling\n\n")
-	fmt.Fprintf(&md, "A bench-only XDP program (`bench/pipeline/producer.bpf.c`) run with BPF_PROG_TEST_RUN (repeat %d) on one thread writes stream END records, in the real layout, into the real stream tracer's %d KiB ring buffer (wake-up at a quarter full, as in the receiver); "+
-		"the receiver's reader loop (`stream.Tracer.Read`: ring buffer -> decoded `stream.Record`) drains it on another thread. %v per step, paced to a target rate (0 = unpaced). "+
-		"Lost = reservations that failed because the ring was full. Allocations are the whole process's heap allocations per record read.\n\n", *batch, *ringBytes>>10, *stepDur)
-	fmt.Fprintf(&md, "The ring holds about %d records of this size (%d bytes with the 8-byte ring header), fewer than one test-run batch: the reader must drain while a batch is being written, so loss here comes from bursts meeting reader wake-up latency, not from the average rate.\n\n",
-		*ringBytes/(int(unsafe.Sizeof(bpf.StreamStreamStats{}))+8), int(unsafe.Sizeof(bpf.StreamStreamStats{}))+8)
-	md.WriteString("| target records/s | produced/s | read/s | lost | lost % | allocs/record |\n| --- | --- | --- | --- | --- | --- |\n")
-	best := 0.0
-	lossAt := ""
-	for _, s := range steps {
-		pps, cps := float64(s.produced)/s.seconds, float64(s.consumed)/s.seconds
-		apr := float64(s.mallocs) / float64(max(s.consumed, 1))
-		fmt.Fprintf(&csv, "%.0f,%.3f,%d,%d,%d,%.0f,%.0f,%d,%.4f\n", s.target, s.seconds, s.produced, s.lost, s.consumed, pps, cps, s.mallocs, apr)
-		tgt := "unpaced"
-		if s.target > 0 {
-			tgt = fmt.Sprintf("%.0f", s.target)
-		}
-		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %d | %.3f | %.4f |\n", tgt, pps, cps, s.lost, 100*float64(s.lost)/float64(max(s.produced, 1)), apr)
-		if s.lost == 0 && cps > best {
-			best = cps
-		}
-		if s.lost > 0 && lossAt == "" {
-			lossAt = fmt.Sprintf("the %.0f records/s step (%d records, %.3f%%)", pps, s.lost, 100*float64(s.lost)/float64(max(s.produced, 1)))
-		}
-	}
-	if lossAt == "" {
-		lossAt = "none in these steps"
-	}
-	verdict := "met"
-	if best < 1e6 {
-		verdict = fmt.Sprintf("**missed** by %.0f%%", (1-best/1e6)*100)
-	}
-	fmt.Fprintf(&md, "\nHighest zero-loss rate read: **%.0f records/s**; first loss: %s. Target at least 1M records/s on one core: %s (the reader has one core; the producer has the other).\n\n", best, lossAt, verdict)
-	md.WriteString("This is the ring-to-record stage. The next stage, records into the receiver's aggregates and pdata, is `BenchmarkStreamRecords` in the Go benchmarks below (one op = one stream: a request, a response and an end record); one goroutine does both, so the pipeline's per-record cost is the sum of the two.\n\nRaw: `bench/results/pipeline.csv`.\n\n")
-	if err := os.WriteFile(filepath.Join(*outDir, "pipeline.csv"), []byte(csv.String()), 0o644); err != nil {
-		return err
-	}
-	fmt.Print(md.String())
-	return os.WriteFile(filepath.Join(*outDir, "pipeline.md"), []byte(md.String()), 0o644)
 }

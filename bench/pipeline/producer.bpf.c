@@ -3,18 +3,30 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* Bench-only kernel-side record producer for bench/pipeline.
  *
- * An XDP program (so that BPF_PROG_TEST_RUN can run it with repeat) that,
- * each time it runs, writes one stream END record (struct stream_stats,
- * the layout the real stream probe writes, from bpf/tokenwire.h) into the
- * ring buffer tw_st_events. User space replaces that map with the real
- * stream tracer's ring buffer, so the records go through the product's
- * reader and decoder. A failed reservation (ring full: the record would be
- * lost) is counted in `lost`.
+ * A tc program (so that BPF_PROG_TEST_RUN can run it with repeat; an XDP
+ * program would do too, but each XDP test run swaps the XDP dispatcher
+ * twice, about a millisecond per call here) that, each time it runs, writes one stream record, in the layouts the real
+ * stream probe writes (bpf/tokenwire.h), into the ring buffer
+ * tw_st_events. User space replaces that map with the real stream
+ * tracer's ring buffer, so the records go through the product's reader
+ * and decoder. A failed reservation (ring full: the record would be lost)
+ * is counted in `lost`.
+ *
+ * Two kinds of traffic, chosen by `whole_streams` between runs:
+ *  - 0: END records only, each for a stream never seen before (the
+ *    ring -> record stage: the smallest record, decoded and dropped);
+ *  - 1: whole streams: REQUEST (a request head with a JSON body),
+ *    RESPONSE (an SSE response head), PROGRESS and END, for 2^shift
+ *    streams in flight at once, each phase written for all of them before
+ *    the next, so the receiver keeps that many streams open. The request
+ *    cycles through 8 paths and 4 models (one digit each, patched in).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "tokenwire.h"
 #include "ringbuf.h"
+
+#define TC_ACT_OK 0
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -23,15 +35,43 @@ struct {
 
 __u64 produced = 0;
 __u64 lost = 0;
+__u32 whole_streams = 0;
 
-SEC("xdp")
-int tw_bench_produce(struct xdp_md *ctx)
+/* Set before load. */
+const volatile __u8 req_head[TW_PEEK_MAX];
+const volatile __u16 req_len = 0;
+const volatile __u8 resp_head[TW_PEEK_MAX];
+const volatile __u16 resp_len = 0;
+const volatile __u32 path_digit = 0;  /* offset in req_head of the path digit */
+const volatile __u32 model_digit = 0; /* offset in req_head of the model digit */
+const volatile __u32 shift = 9;       /* 2^shift streams in flight */
+const volatile __u32 bench_pid = 4242;
+
+static __always_inline void fill_stats(struct stream_stats *r, __u64 now, __u32 last)
 {
-	__u64 n = __sync_fetch_and_add(&produced, 1);
+	r->req_ts = now - 120000000;
+	r->headers_ts = now - 100000000;
+	r->first_chunk_ts = now - 100000000;
+	r->last_chunk_ts = now - 1000000;
+	r->end_ts = now;
+	r->bytes = last ? 4000 : 2000;
+	r->gap_sum_ns = last ? 99000000 : 49000000;
+	r->gap_max_ns = 2000000;
+	r->chunks = last ? 100 : 50;
+	r->pid = bench_pid;
+	r->gap_counts[3] = last ? 50 : 49;
+	r->saddr[0] = 127; r->saddr[3] = 1;
+	r->daddr[0] = 127; r->daddr[3] = 1;
+	r->sport = 8000;
+	r->family = 2; /* AF_INET */
+}
+
+static __always_inline int end_only(__u64 n)
+{
 	struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
 	if (!r) {
 		__sync_fetch_and_add(&lost, 1);
-		return XDP_PASS;
+		return TC_ACT_OK;
 	}
 	__u64 now = bpf_ktime_get_ns();
 	__builtin_memset(r, 0, sizeof(*r));
@@ -39,25 +79,76 @@ int tw_bench_produce(struct xdp_md *ctx)
 	r->id.seq = (__u32)(n >> 16);
 	r->id.kind = TW_REC_END;
 	r->id.reason = TW_END_TERMINATOR;
-	r->req_ts = now - 120000000;
-	r->headers_ts = now - 100000000;
-	r->first_chunk_ts = now - 100000000;
-	r->last_chunk_ts = now - 1000000;
-	r->end_ts = now;
-	r->bytes = 4000;
-	r->gap_sum_ns = 99000000;
-	r->gap_max_ns = 2000000;
-	r->chunks = 100;
-	r->pid = 4242;
-	r->gap_counts[3] = 99;
+	fill_stats(r, now, 1);
 	r->head_bytes = 120;
-	r->saddr[0] = 127; r->saddr[3] = 1;
-	r->daddr[0] = 127; r->daddr[3] = 1;
-	r->sport = 8000;
 	r->dport = 40000 + (n & 0x3ff);
-	r->family = 2; /* AF_INET */
 	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
-	return XDP_PASS;
+	return TC_ACT_OK;
+}
+
+static __always_inline int whole(__u64 n)
+{
+	__u32 sh = shift & 15;
+	__u64 slot = n & ((1ULL << sh) - 1);
+	__u32 phase = (n >> sh) & 3;
+	__u32 round = n >> (sh + 2);
+	__u64 sock = 0xffff100000000000ULL | slot;
+
+	if (phase < 2) {
+		struct stream_payload *p = bpf_ringbuf_reserve(&tw_st_events, sizeof(*p), 0);
+		if (!p) {
+			__sync_fetch_and_add(&lost, 1);
+			return TC_ACT_OK;
+		}
+		__builtin_memset(p, 0, sizeof(*p) - TW_PEEK_MAX);
+		p->id.sock = sock;
+		p->id.seq = round;
+		p->ts_ns = bpf_ktime_get_ns();
+		p->pid = bench_pid;
+		p->comm[0] = 'b'; p->comm[1] = 'e'; p->comm[2] = 'n'; p->comm[3] = 'c'; p->comm[4] = 'h';
+		if (phase == 0) {
+			p->id.kind = TW_REC_REQUEST;
+			p->id.len = req_len;
+			p->total = req_len;
+			__builtin_memcpy(p->data, (const void *)req_head, TW_PEEK_MAX);
+			if (path_digit < TW_PEEK_MAX)
+				p->data[path_digit] = '0' + (slot & 7);
+			if (model_digit < TW_PEEK_MAX)
+				p->data[model_digit] = '0' + ((slot >> 3) & 3);
+		} else {
+			p->id.kind = TW_REC_RESPONSE;
+			p->id.reason = TW_RESP_HTTP;
+			p->id.len = resp_len;
+			p->total = resp_len;
+			__builtin_memcpy(p->data, (const void *)resp_head, TW_PEEK_MAX);
+		}
+		bpf_ringbuf_submit(p, submit_flags(&tw_st_events));
+		return TC_ACT_OK;
+	}
+	struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&lost, 1);
+		return TC_ACT_OK;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	r->id.sock = sock;
+	r->id.seq = round;
+	r->id.kind = phase == 2 ? TW_REC_PROGRESS : TW_REC_END;
+	r->id.reason = phase == 2 ? 0 : TW_END_TERMINATOR;
+	fill_stats(r, bpf_ktime_get_ns(), phase == 3);
+	r->head_bytes = resp_len;
+	r->dport = 40000 + (slot & 0x3ff);
+	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int tw_bench_produce(struct __sk_buff *ctx)
+{
+	__u64 n = __sync_fetch_and_add(&produced, 1);
+	if (whole_streams)
+		return whole(n);
+	return end_only(n);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

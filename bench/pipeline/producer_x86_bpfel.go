@@ -18,9 +18,18 @@ import (
 const (
 	producerMapTwStEvents      = "tw_st_events"
 	producerProgTwBenchProduce = "tw_bench_produce"
+	producerVarBenchPid        = "bench_pid"
 	producerVarLost            = "lost"
+	producerVarModelDigit      = "model_digit"
+	producerVarPathDigit       = "path_digit"
 	producerVarProduced        = "produced"
+	producerVarReqHead         = "req_head"
+	producerVarReqLen          = "req_len"
+	producerVarRespHead        = "resp_head"
+	producerVarRespLen         = "resp_len"
+	producerVarShift           = "shift"
 	producerVarWakeupBytes     = "wakeup_bytes"
+	producerVarWholeStreams    = "whole_streams"
 )
 
 // loadProducer returns the embedded CollectionSpec for producer.
@@ -79,9 +88,18 @@ type producerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type producerVariableSpecs struct {
-	Lost        *ebpf.VariableSpec `ebpf:"lost"`
-	Produced    *ebpf.VariableSpec `ebpf:"produced"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	BenchPid     *ebpf.VariableSpec `ebpf:"bench_pid"`
+	Lost         *ebpf.VariableSpec `ebpf:"lost"`
+	ModelDigit   *ebpf.VariableSpec `ebpf:"model_digit"`
+	PathDigit    *ebpf.VariableSpec `ebpf:"path_digit"`
+	Produced     *ebpf.VariableSpec `ebpf:"produced"`
+	ReqHead      *ebpf.VariableSpec `ebpf:"req_head"`
+	ReqLen       *ebpf.VariableSpec `ebpf:"req_len"`
+	RespHead     *ebpf.VariableSpec `ebpf:"resp_head"`
+	RespLen      *ebpf.VariableSpec `ebpf:"resp_len"`
+	Shift        *ebpf.VariableSpec `ebpf:"shift"`
+	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WholeStreams *ebpf.VariableSpec `ebpf:"whole_streams"`
 }
 
 // producerObjects contains all objects after they have been loaded into the kernel.
@@ -117,9 +135,18 @@ func (m *producerMaps) Close() error {
 //
 // It can be passed to loadProducerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type producerVariables struct {
-	Lost        *ebpf.Variable `ebpf:"lost"`
-	Produced    *ebpf.Variable `ebpf:"produced"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	BenchPid     *ebpf.Variable `ebpf:"bench_pid"`
+	Lost         *ebpf.Variable `ebpf:"lost"`
+	ModelDigit   *ebpf.Variable `ebpf:"model_digit"`
+	PathDigit    *ebpf.Variable `ebpf:"path_digit"`
+	Produced     *ebpf.Variable `ebpf:"produced"`
+	ReqHead      *ebpf.Variable `ebpf:"req_head"`
+	ReqLen       *ebpf.Variable `ebpf:"req_len"`
+	RespHead     *ebpf.Variable `ebpf:"resp_head"`
+	RespLen      *ebpf.Variable `ebpf:"resp_len"`
+	Shift        *ebpf.Variable `ebpf:"shift"`
+	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WholeStreams *ebpf.Variable `ebpf:"whole_streams"`
 }
 
 // producerPrograms contains all programs after they have been loaded into the kernel.

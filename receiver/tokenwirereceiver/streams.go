@@ -55,9 +55,12 @@ type openStream struct {
 	classified bool
 	skip       string // non-empty: not reported, and why
 	key        seriesKey
-	request    httpsniff.Request
-	response   httpsniff.Response
-	isHTTP     bool
+	ser        *streamSeries // key's series, once counted
+	// request and response are parsed only for spans (traceparent, raw
+	// path, status); the metrics path reads the heads in classify.
+	request  httpsniff.Request
+	response httpsniff.Response
+	isHTTP   bool
 
 	// headerLen is where the response's headers end in its first write
 	// (0: not within the captured head).
@@ -68,8 +71,10 @@ type openStream struct {
 	headCounted bool
 	headGap     uint64
 
-	// lastSeen is when the last record of this stream arrived.
-	lastSeen time.Time
+	// lastSeen is when the last record of this stream arrived, as time
+	// since streamStats.base: a monotonic clock read is half the cost of
+	// time.Now, which every record would pay.
+	lastSeen time.Duration
 
 	ttftDone   bool
 	seenGapSum uint64
@@ -83,31 +88,48 @@ type streamStats struct {
 	procs *procinfo.Cache
 	// wallOffset converts kernel monotonic ns to Unix ns.
 	wallOffset int64
+	base       time.Time // the origin of openStream.lastSeen
 	onSkip     func(reason string)
 	onEvict    func()
 
-	mu      sync.Mutex
-	series  map[seriesKey]*streamSeries
-	open    map[stream.ID]*openStream
-	paths   map[string]bool
-	models  map[string]bool
+	mu     sync.Mutex
+	series map[seriesKey]*streamSeries
+	open   map[stream.ID]*openStream
+	// paths and models map each value seen (up to the caps) to itself,
+	// and comms thread names to themselves: looked up with m[string(b)],
+	// which does not allocate, they turn captured bytes into strings that
+	// are allocated once.
+	paths   map[string]string
+	models  map[string]string
+	comms   map[string]string
 	pids    map[uint32]bool
 	names   map[string]bool
 	spans   map[uint32]ptrace.SpanSlice // by pid, waiting for the next flush
 	pending ptrace.Traces
 }
 
+// maxComms bounds the interned thread names.
+const maxComms = 4096
+
+// openStreams recycles finished openStream entries (1.5 KiB each), so that
+// a stream opening does not allocate in steady state, however many are in
+// flight; what a burst leaves behind goes back to the garbage collector
+// within two cycles.
+var openStreams = sync.Pool{New: func() any { return new(openStream) }}
+
 func newStreamStats(cfg *StreamsConfig, wallOffset int64, onSkip func(string), onEvict func()) *streamStats {
 	s := &streamStats{
 		cfg:        cfg,
 		procs:      procinfo.NewCache(4096),
 		wallOffset: wallOffset,
+		base:       time.Now(),
 		onSkip:     onSkip,
 		onEvict:    onEvict,
 		series:     map[seriesKey]*streamSeries{},
 		open:       map[stream.ID]*openStream{},
-		paths:      map[string]bool{},
-		models:     map[string]bool{},
+		paths:      map[string]string{},
+		models:     map[string]string{},
+		comms:      map[string]string{},
 		pids:       map[uint32]bool{},
 		names:      map[string]bool{},
 		pending:    ptrace.NewTraces(),
@@ -128,22 +150,29 @@ func (s *streamStats) openCount() int {
 	return len(s.open)
 }
 
-// stream returns the open stream for id, making room when the table is
+// openNew adds an open stream for id, making room when the table is
 // full (the evicted stream's end will not be reported).
-func (s *streamStats) stream(id stream.ID) *openStream {
-	if o, ok := s.open[id]; ok {
-		return o
-	}
+func (s *streamStats) openNew(id stream.ID) *openStream {
 	if len(s.open) >= s.cfg.MaxSockets {
-		for victim := range s.open {
+		for victim, v := range s.open {
 			delete(s.open, victim)
+			s.release(v)
 			s.onEvict()
 			break
 		}
 	}
-	o := &openStream{lastSeen: time.Now()}
+	o := s.fresh()
 	s.open[id] = o
 	return o
+}
+
+// fresh returns a zeroed openStream, reused when one is free.
+func (s *streamStats) fresh() *openStream { return openStreams.Get().(*openStream) }
+
+// release zeroes o for reuse; o must no longer be in s.open.
+func (s *streamStats) release(o *openStream) {
+	*o = openStream{}
+	openStreams.Put(o)
 }
 
 // idle lists the open streams with no record since before cutoff.
@@ -151,8 +180,9 @@ func (s *streamStats) idle(cutoff time.Time) []stream.ID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []stream.ID
+	before := cutoff.Sub(s.base)
 	for id, o := range s.open {
-		if o.lastSeen.Before(cutoff) {
+		if o.lastSeen < before {
 			ids = append(ids, id)
 		}
 	}
@@ -163,19 +193,24 @@ func (s *streamStats) idle(cutoff time.Time) []stream.ID {
 func (s *streamStats) forget(id stream.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.open, id)
+	if o, ok := s.open[id]; ok {
+		delete(s.open, id)
+		s.release(o)
+	}
 }
 
-// add folds one record in. It allocates only when a stream opens.
+// add folds one record in. In steady state (series, paths, models and
+// processes seen before) it does not allocate unless spans are on.
 func (s *streamStats) add(rec *stream.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o, ok := s.open[rec.ID]; ok {
-		o.lastSeen = time.Now()
+	o := s.open[rec.ID]
+	if o != nil {
+		o.lastSeen = time.Since(s.base)
 	}
 	switch rec.Kind {
 	case stream.KindRequest:
-		o := s.stream(rec.ID)
+		o = s.opened(o, rec.ID)
 		if off := int(rec.Offset); off < len(o.req) {
 			n := copy(o.req[off:], rec.Data)
 			o.reqLen = max(o.reqLen, off+n)
@@ -184,24 +219,33 @@ func (s *streamStats) add(rec *stream.Record) {
 			o.pid, o.comm = rec.PID, rec.Comm
 		}
 	case stream.KindResponse:
-		o := s.stream(rec.ID)
+		o = s.opened(o, rec.ID)
 		o.respLen = copy(o.resp[:], rec.Data)
 		o.pid, o.comm = rec.PID, rec.Comm
 	case stream.KindProgress:
-		o := s.stream(rec.ID)
+		o = s.opened(o, rec.ID)
 		s.count(o, rec, false)
 	case stream.KindEnd:
-		o, ok := s.open[rec.ID]
-		if !ok {
-			o = &openStream{}
+		if o == nil {
+			o = s.fresh() // counted from the END record alone
 		}
 		delete(s.open, rec.ID)
-		if rec.Stats.HeadersTS == 0 {
+		if rec.Stats.HeadersTS != 0 {
+			s.count(o, rec, true)
+		} else {
 			s.onSkip(skipNoResponse)
-			return
 		}
-		s.count(o, rec, true)
+		s.release(o)
 	}
+}
+
+// opened returns o, or a new open stream for id when o is nil.
+func (s *streamStats) opened(o *openStream, id stream.ID) *openStream {
+	if o == nil {
+		o = s.openNew(id)
+		o.lastSeen = time.Since(s.base)
+	}
+	return o
 }
 
 // classify reads the heads once: mode, attributes, and whether to report.
@@ -210,9 +254,9 @@ func (s *streamStats) classify(o *openStream, st *stream.Stats) {
 	if o.pid == 0 {
 		o.pid = st.PID
 	}
-	req, reqOK := httpsniff.ParseRequest(o.req[:o.reqLen])
-	resp, respOK := httpsniff.ParseResponse(o.resp[:o.respLen])
-	o.request, o.response, o.isHTTP = req, resp, respOK
+	method, path, model, reqOK := sniffRequest(o.req[:o.reqLen])
+	streamed, respOK := sniffResponse(o.resp[:o.respLen])
+	o.isHTTP = respOK
 	if i := bytes.Index(o.resp[:o.respLen], []byte("\r\n\r\n")); respOK && i >= 0 {
 		o.headerLen = i + 4
 	}
@@ -221,7 +265,7 @@ func (s *streamStats) classify(o *openStream, st *stream.Stats) {
 		mode = metadata.AttributeTokenwireStreamModeHTTP
 	}
 	switch {
-	case respOK && !resp.Streamed():
+	case respOK && !streamed:
 		o.skip = skipNotStreamed
 	case !s.selected(o):
 		o.skip = skipFiltered
@@ -232,13 +276,17 @@ func (s *streamStats) classify(o *openStream, st *stream.Stats) {
 	}
 	key := seriesKey{pid: o.pid, port: st.Local.Port(), mode: mode}
 	if reqOK && respOK {
-		key.method = req.Method
-		key.path = capped(s.paths, s.cfg.MaxPaths, req.Path)
-		if req.Model != "" {
-			key.model = capped(s.models, s.cfg.MaxModels, req.Model)
+		key.method = methodString(method)
+		key.path = capped(s.paths, s.cfg.MaxPaths, path)
+		if len(model) > 0 {
+			key.model = capped(s.models, s.cfg.MaxModels, model)
 		}
 	}
 	o.key = key
+	if s.cfg.Spans {
+		o.request, _ = httpsniff.ParseRequest(o.req[:o.reqLen])
+		o.response, _ = httpsniff.ParseResponse(o.resp[:o.respLen])
+	}
 }
 
 func (s *streamStats) selected(o *openStream) bool {
@@ -248,20 +296,39 @@ func (s *streamStats) selected(o *openStream) bool {
 	if s.pids[o.pid] {
 		return true
 	}
-	return len(s.names) > 0 && s.names[s.procs.Lookup(o.pid, cString(o.comm[:])).Executable]
+	return len(s.names) > 0 && s.names[s.procs.Lookup(o.pid, s.comm(&o.comm)).Executable]
 }
 
-// capped returns v while fewer than limit distinct values were seen, then
-// _other for new ones.
-func capped(seen map[string]bool, limit int, v string) string {
-	if seen[v] {
+// comm returns a kernel thread name as an interned string.
+func (s *streamStats) comm(b *[16]byte) string {
+	c := b[:]
+	if i := bytes.IndexByte(c, 0); i >= 0 {
+		c = c[:i]
+	}
+	if v, ok := s.comms[string(c)]; ok {
 		return v
+	}
+	if len(s.comms) >= maxComms {
+		clear(s.comms) // names change with pids; start over rather than grow
+	}
+	v := string(c)
+	s.comms[v] = v
+	return v
+}
+
+// capped returns v as a string while fewer than limit distinct values
+// were seen, then _other for new ones. A value seen before costs no
+// allocation.
+func capped(seen map[string]string, limit int, v []byte) string {
+	if s, ok := seen[string(v)]; ok {
+		return s
 	}
 	if len(seen) >= limit {
 		return otherValue
 	}
-	seen[v] = true
-	return v
+	s := string(v)
+	seen[s] = s
+	return s
 }
 
 // count adds what the kernel counted since the stream's previous record.
@@ -273,14 +340,17 @@ func (s *streamStats) count(o *openStream, rec *stream.Record, end bool) {
 	if o.skip != "" {
 		return
 	}
-	ser := s.series[o.key]
+	ser := o.ser
 	if ser == nil {
-		ser = &streamSeries{
-			ttft:     newHistogram(&ttftDef),
-			duration: newHistogram(&requestDurationDef),
-			interval: newHistogram(&chunkIntervalDef),
+		if ser = s.series[o.key]; ser == nil {
+			ser = &streamSeries{
+				ttft:     newHistogram(&ttftDef),
+				duration: newHistogram(&requestDurationDef),
+				interval: newHistogram(&chunkIntervalDef),
+			}
+			s.series[o.key] = ser
 		}
-		s.series[o.key] = ser
+		o.ser = ser
 	}
 	// A head write that carried body bytes is the stream's first chunk:
 	// the kernel counts chunks from the next write on.
@@ -336,7 +406,7 @@ func (s *streamStats) span(o *openStream, rec *stream.Record) {
 			s.spans = map[uint32]ptrace.SpanSlice{}
 		}
 		rs := s.pending.ResourceSpans().AppendEmpty()
-		s.processResource(o.pid, cString(o.comm[:]), rs.Resource())
+		s.processResource(o.pid, s.comm(&o.comm), rs.Resource())
 		ss := rs.ScopeSpans().AppendEmpty()
 		ss.Scope().SetName(metadata.ScopeName)
 		spans = ss.Spans()
@@ -364,6 +434,7 @@ func (s *streamStats) span(o *openStream, rec *stream.Record) {
 	sp.SetStartTimestamp(s.wall(st.RequestTS))
 	sp.SetEndTimestamp(s.wall(st.EndTS))
 	a := sp.Attributes()
+	a.EnsureCapacity(14) // the most a span gets: grown once, not per attribute
 	if o.key.method != "" {
 		a.PutStr("http.request.method", o.key.method)
 		a.PutStr("url.path", o.request.Path)
@@ -484,14 +555,6 @@ func (s *streamStats) record(mb *metadata.MetricsBuilder, md pmetric.Metrics, ho
 			}
 		}
 	}
-}
-
-// cString returns the text of a NUL-padded kernel string.
-func cString(b []byte) string {
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	return string(b)
 }
 
 // mergeResources moves every resource of src into dst, joining it with a

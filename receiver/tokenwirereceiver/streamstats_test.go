@@ -1,8 +1,11 @@
 package tokenwirereceiver
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
+	"github.com/tokenwire/tokenwire/internal/httpsniff"
 	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -35,13 +39,21 @@ const ms = uint64(time.Millisecond)
 // run plays a stream: request at t=0, head write at headAt, chunks at the
 // given times (ms), end at the last chunk + 1 ms.
 func (sy *synthetic) run(seq uint32, req, head string, headBytes uint32, headAt uint64, chunkAt []uint64, chunkBytes uint64) {
-	id := stream.ID{Sock: 0xffff8880_00001000, Seq: seq}
 	pid := sy.pid
 	if pid == 0 {
 		pid = uint32(os.Getpid())
 	}
-	sy.s.add(&stream.Record{Kind: stream.KindRequest, ID: id, PID: pid, Data: []byte(req)})
-	sy.s.add(&stream.Record{Kind: stream.KindResponse, ID: id, PID: pid, Flags: stream.RespHTTP, Data: []byte(head)})
+	recs := streamRecords(pid, req, head, headBytes, headAt, chunkAt, chunkBytes)
+	for i := range recs {
+		recs[i].ID.Seq = seq
+		sy.s.add(&recs[i])
+	}
+}
+
+// streamRecords returns the request, response and end records of one
+// stream (see run), on one socket with Seq 0.
+func streamRecords(pid uint32, req, head string, headBytes uint32, headAt uint64, chunkAt []uint64, chunkBytes uint64) []stream.Record {
+	id := stream.ID{Sock: 0xffff8880_00001000}
 	st := stream.Stats{
 		RequestTS: 1000 * ms, HeadersTS: 1000*ms + headAt*ms, HeadBytes: headBytes, PID: pid,
 		Local:  netip.MustParseAddrPort("192.0.2.1:8000"),
@@ -66,7 +78,11 @@ func (sy *synthetic) run(seq uint32, req, head string, headBytes uint32, headAt 
 		st.Bytes += chunkBytes
 	}
 	st.EndTS = st.LastChunkTS + ms
-	sy.s.add(&stream.Record{Kind: stream.KindEnd, ID: id, Reason: stream.EndTerminator, Stats: st})
+	return []stream.Record{
+		{Kind: stream.KindRequest, ID: id, PID: pid, Data: []byte(req)},
+		{Kind: stream.KindResponse, ID: id, PID: pid, Flags: stream.RespHTTP, Data: []byte(head)},
+		{Kind: stream.KindEnd, ID: id, Reason: stream.EndTerminator, Stats: st},
+	}
 }
 
 func (sy *synthetic) metrics(t *testing.T) pmetric.Metrics {
@@ -180,16 +196,198 @@ func TestOpenStreamTableIsBounded(t *testing.T) {
 	require.Equal(t, 15, evicted)
 }
 
-// BenchmarkStreamRecords measures the user-space cost of one stream's
-// records (request, response, progress, end) once the series exists.
+// steadyStreams are the records of streams on nsocks sockets, cycling
+// through 8 paths and 4 models, ready to be replayed with new sequence
+// numbers: the receiver's steady state, where every series exists.
+func steadyStreams(nsocks int) [][]stream.Record {
+	var out [][]stream.Record
+	for i := range nsocks {
+		req := fmt.Sprintf("POST /v1/p%d/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n{\"model\":\"m%d\",\"stream\":true}", i%8, i%4)
+		recs := streamRecords(uint32(os.Getpid()), req, sseHead, uint32(len(sseHead)), 1, []uint64{10, 20, 30}, 10)
+		for j := range recs {
+			recs[j].ID.Sock += uint64(i)
+		}
+		out = append(out, recs)
+	}
+	return out
+}
+
+// replay adds every stream's records once, under the next sequence
+// number, all streams in flight at once: every first record, then every
+// second one, and so on.
+func replay(s *streamStats, streams [][]stream.Record) {
+	for _, recs := range streams {
+		for i := range recs {
+			recs[i].ID.Seq++
+		}
+	}
+	for i := range 3 {
+		for _, recs := range streams {
+			if i < len(recs) {
+				s.add(&recs[i])
+			}
+		}
+	}
+}
+
+// The metrics path must not allocate per record once its series exist:
+// that is what lets one core take a million records a second.
+func TestStreamRecordsDoNotAllocate(t *testing.T) {
+	cfg := createDefaultConfig().Streams
+	cfg.Spans = false
+	cfg.MaxPaths = 4 // half the paths go to _other
+	skips := 0
+	s := newStreamStats(&cfg, 0, func(string) { skips++ }, func() {})
+	streams := steadyStreams(512)
+	// Not streamed (skipped), opaque, and an END with no open stream: the
+	// other ways a record goes.
+	plain := streamRecords(1, "GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 40, 1, []uint64{2}, 2)
+	opaque := streamRecords(1, "\x16\x03\x01", "\x17\x03\x03", 5, 1, []uint64{2, 3}, 2)
+	orphan := streamRecords(1, "", "", 0, 1, []uint64{2}, 2)[2:]
+	for k, recs := range [][]stream.Record{plain, opaque, orphan} {
+		for i := range recs {
+			recs[i].ID.Sock = 1<<40 + uint64(k) // apart from the others
+		}
+	}
+	streams = append(streams, plain, opaque, orphan)
+	records := 0
+	for _, recs := range streams {
+		records += len(recs)
+	}
+	replay(s, streams) // first sight: series, interned strings
+	allocs := testing.AllocsPerRun(100, func() { replay(s, streams) })
+	require.Zero(t, allocs/float64(records), "allocations per record")
+	require.Zero(t, s.openCount())
+	require.Positive(t, skips)
+
+	md := newSyntheticMetrics(s)
+	n, _ := sumValue(md, "tokenwire.stream.chunks", map[string]any{"url.path": otherValue, "gen_ai.request.model": "m1"})
+	require.EqualValues(t, 64*102*3, n, "p5 is capped, and its 64 sockets use m1")
+	n, _ = sumValue(md, "tokenwire.stream.chunks", map[string]any{"url.path": "/v1/p0/chat/completions", "gen_ai.request.model": "m0"})
+	require.EqualValues(t, 64*102*3, n)
+}
+
+func newSyntheticMetrics(s *streamStats) pmetric.Metrics {
+	return (&synthetic{s: s}).metrics(nil)
+}
+
+// Reused entries start clean: a stream after an evicted or ended one on
+// the same entry keeps nothing of it.
+func TestReusedStreamEntriesStartClean(t *testing.T) {
+	cfg := createDefaultConfig().Streams
+	cfg.MaxSockets = 1
+	sy := newSynthetic(&cfg)
+	long := "POST /long/path/that/is/longer HTTP/1.1\r\n\r\n{\"model\":\"big-model\"}"
+	sy.s.add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: 99, Seq: 1}, PID: 7, Data: []byte(long)})
+	sy.run(1, "GET /s HTTP/1.1\r\n\r\n", sseHead, uint32(len(sseHead)), 1, []uint64{10}, 5) // evicts sock 99
+	sy.run(2, "GET /s HTTP/1.1\r\n\r\n", sseHead, uint32(len(sseHead)), 1, []uint64{10}, 5)
+	md := sy.metrics(t)
+	n, points := sumValue(md, "tokenwire.stream.chunks", map[string]any{})
+	require.EqualValues(t, 2, n)
+	require.Equal(t, 1, points, "one series: GET /s, no model")
+}
+
+// The metrics path reads the heads itself; it must agree with httpsniff,
+// which spans and the rest of tokenwire use.
+func TestSniffMatchesHTTPSniff(t *testing.T) {
+	for _, in := range sniffCorpus {
+		checkSniff(t, []byte(in))
+	}
+}
+
+func FuzzSniffMatchesHTTPSniff(f *testing.F) {
+	for _, in := range sniffCorpus {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkSniff(t, b) })
+}
+
+func checkSniff(t *testing.T, b []byte) {
+	req, reqOK := httpsniff.ParseRequest(b)
+	method, path, model, ok := sniffRequest(b)
+	if ok != reqOK || string(method) != req.Method || string(path) != req.Path || string(model) != req.Model {
+		t.Fatalf("%q: sniffRequest = %q %q %q %v, httpsniff = %+v %v", b, method, path, model, ok, req, reqOK)
+	}
+	resp, respOK := httpsniff.ParseResponse(b)
+	streamed, ok := sniffResponse(b)
+	if ok != respOK || (ok && streamed != resp.Streamed()) {
+		t.Fatalf("%q: sniffResponse = %v %v, httpsniff = %+v %v", b, streamed, ok, resp, respOK)
+	}
+}
+
+var sniffCorpus = []string{
+	"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n{\"model\": \"llama-3-8b\", \"stream\": true}",
+	"POST /api/generate HTTP/1.1\r\n\r\n{\"prompt\":\"the model is\",\"model\":\"qwen2:7b\"}",
+	"POST /api/chat HTTP/1.1\r\n\r\n{\"model\":\"qw",
+	"GET /health HTTP/1.1\r\nHost: a",
+	"POST /x HTTP/1.1\r\n\r\n{\"model\":\"a\\\"b\"}",
+	"POST /x HTTP/1.1\r\n\r\n{\"model\":\"\"}",
+	"POST /x#frag HTTP/1.1\r\nA: b\r\n\r\n{\"model\" :\t\"m\x01\"}",
+	"POST /x HTTP/1.1\r\nA: b\r\n\r\n{\"model\":1,\"model\":\"late\"}",
+	"BREW /pot HTTP/1.1\r\n\r\n",
+	"get / HTTP/1.1\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\n\r\n",
+	"POST /v1/chat/compl",
+	"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+	"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+	"GET /\x00\x01 HTTP/1.1\r\n\r\n",
+	"GET /" + strings.Repeat("a", 300) + " HTTP/1.1\r\n\r\n",
+	"GET /" + strings.Repeat("a", 300) + "?q HTTP/1.1\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n",
+	"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, CHUNKED\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chun\u212aed\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunk\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Type: text/plain\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"ok\":true}",
+	"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+	"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
+	"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+	"HTTP/1.1 +99 OK\r\n\r\n",
+	"HTTP/1.1 099 OK\r\n\r\n",
+	"HTTP/1.1 600 OK\r\n\r\n",
+	"HTTP/1.1 599\r\n\r\n",
+	"\x17\x03\x03\x00\x20",
+	"HTTP/1.1 2x0 OK\r\n\r\n",
+}
+
+// BenchmarkStreamRecords measures the user-space cost of stream records
+// once their series exist: request, response and end per stream, over 64
+// sockets, 8 paths and 4 models. ns/record and allocs/record are per
+// record; the standard columns are per stream. With spans, the pending
+// spans are taken every 1024 streams, as the receiver's span flush would.
 func BenchmarkStreamRecords(b *testing.B) {
-	sy := newSynthetic(&createDefaultConfig().Streams)
-	sy.s.cfg.Spans = false
-	req, head := "POST /v1/chat/completions HTTP/1.1\r\n\r\n{\"model\":\"m\"}", sseHead
-	b.ReportAllocs()
-	seq := uint32(0)
-	for b.Loop() {
-		seq++
-		sy.run(seq, req, head, uint32(len(head)), 1, []uint64{10, 20, 30}, 10)
+	for _, spans := range []bool{false, true} {
+		name := "metrics"
+		if spans {
+			name = "spans"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := createDefaultConfig().Streams
+			cfg.Spans = spans
+			s := newStreamStats(&cfg, 0, func(string) {}, func() {})
+			streams := steadyStreams(64)
+			replay(s, streams)
+			s.takeSpans()
+			b.ReportAllocs()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			n := 0
+			for b.Loop() {
+				recs := streams[n%len(streams)]
+				for i := range recs {
+					recs[i].ID.Seq++
+					s.add(&recs[i])
+				}
+				if n++; n%1024 == 0 {
+					s.takeSpans()
+				}
+			}
+			runtime.ReadMemStats(&m1)
+			records := float64(3 * n)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/records, "ns/record")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/records, "allocs/record")
+		})
 	}
 }
