@@ -1,6 +1,7 @@
 // Package httpsniff reads what tokenwire needs from the first bytes of an
-// HTTP/1.x request or response: bounded, allocation-light, and never
-// trusting the input (the bytes may be truncated, binary or hostile).
+// HTTP/1.x request or response: bounded, without allocating (SniffRequest,
+// ParseResponse; ParseRequest copies out its strings), and never trusting
+// the input (the bytes may be truncated, binary or hostile).
 //
 // It is not an HTTP parser: it reads a request line, a status line, a few
 // headers and the "model" field of a JSON body, and gives up quietly on
@@ -10,7 +11,6 @@ package httpsniff
 import (
 	"bytes"
 	"encoding/hex"
-	"strconv"
 )
 
 // MaxPath bounds the length of a reported path.
@@ -39,40 +39,74 @@ type TraceParent struct {
 	Valid   bool
 }
 
-var methods = [][]byte{
-	[]byte("GET"), []byte("POST"), []byte("PUT"), []byte("DELETE"), []byte("PATCH"),
-	[]byte("HEAD"), []byte("OPTIONS"),
+// RequestHead is what the head of a request says, as slices of the bytes
+// it was read from: the receiver's metrics path looks them up in its own
+// tables without allocating.
+type RequestHead struct {
+	// Method is one of the methods httpsniff accepts (a constant).
+	Method string
+	// Path is the request target without query or fragment.
+	Path []byte
+	// Model is the "model" field of an OpenAI- or Ollama-style JSON body,
+	// when it is within the bytes; empty otherwise.
+	Model       []byte
+	TraceParent TraceParent
+}
+
+// method returns the constant for one of the methods tokenwire accepts,
+// or "" (a switch on string(b) does not allocate).
+func method(b []byte) string {
+	switch string(b) {
+	case "GET":
+		return "GET"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "DELETE":
+		return "DELETE"
+	case "PATCH":
+		return "PATCH"
+	case "HEAD":
+		return "HEAD"
+	case "OPTIONS":
+		return "OPTIONS"
+	}
+	return ""
 }
 
 // ParseRequest reads the head of a request. ok is false when b does not
 // start with an HTTP/1.x request line.
 func ParseRequest(b []byte) (req Request, ok bool) {
+	h, ok := SniffRequest(b)
+	if !ok {
+		return req, false
+	}
+	return Request{Method: h.Method, Path: string(h.Path), TraceParent: h.TraceParent, Model: string(h.Model)}, true
+}
+
+// SniffRequest is ParseRequest without allocating: the values are slices
+// of b. ok is false when b does not start with an HTTP/1.x request line.
+func SniffRequest(b []byte) (req RequestHead, ok bool) {
 	line, rest, found := bytes.Cut(b, []byte("\r\n"))
 	if !found {
 		return req, false
 	}
-	method, rest1, ok1 := bytes.Cut(line, []byte(" "))
+	m, rest1, ok1 := bytes.Cut(line, []byte(" "))
 	target, proto, ok2 := bytes.Cut(rest1, []byte(" "))
 	if !ok1 || !ok2 || !bytes.HasPrefix(proto, []byte("HTTP/1.")) || len(target) == 0 || target[0] != '/' {
 		return req, false
 	}
-	known := false
-	for _, m := range methods {
-		if bytes.Equal(method, m) {
-			known = true
-			break
-		}
-	}
-	if !known {
-		return req, false
+	if req.Method = method(m); req.Method == "" {
+		return RequestHead{}, false
 	}
 	if i := bytes.IndexAny(target, "?#"); i >= 0 {
 		target = target[:i]
 	}
 	if len(target) > MaxPath || !printable(target) {
-		return req, false
+		return RequestHead{}, false
 	}
-	req.Method, req.Path = string(method), string(target)
+	req.Path = target
 
 	var headers, body []byte
 	var complete bool
@@ -121,12 +155,12 @@ func parseTraceParent(v []byte) TraceParent {
 
 // jsonModel finds "model": "<value>" in a (possibly truncated) JSON body.
 // Values with escapes or beyond MaxModel are ignored.
-func jsonModel(body []byte) string {
+func jsonModel(body []byte) []byte {
 	key := []byte(`"model"`)
 	for {
 		i := bytes.Index(body, key)
 		if i < 0 {
-			return ""
+			return nil
 		}
 		v := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
 		if len(v) > 0 && v[0] == ':' {
@@ -134,9 +168,9 @@ func jsonModel(body []byte) string {
 			if len(v) > 0 && v[0] == '"' {
 				end := bytes.IndexByte(v[1:], '"')
 				if end > 0 && end <= MaxModel && bytes.IndexByte(v[1:1+end], '\\') < 0 && printable(v[1:1+end]) {
-					return string(v[1 : 1+end])
+					return v[1 : 1+end]
 				}
-				return ""
+				return nil
 			}
 		}
 		body = body[i+len(key):]
@@ -173,19 +207,19 @@ func (r Response) Streamed() bool {
 	return r.EventStream || r.Chunked || r.NDJSON
 }
 
-// ParseResponse reads the head of a response. ok is false when b does not
-// start with an HTTP/1.x status line.
+// ParseResponse reads the head of a response without allocating. ok is
+// false when b does not start with an HTTP/1.x status line.
 func ParseResponse(b []byte) (resp Response, ok bool) {
 	resp.ContentLength = -1
 	line, rest, found := bytes.Cut(b, []byte("\r\n"))
 	if !found || !bytes.HasPrefix(line, []byte("HTTP/1.")) || len(line) < 12 || line[8] != ' ' {
 		return resp, false
 	}
-	code, err := strconv.Atoi(string(line[9:12]))
-	if err != nil || code < 100 || code > 599 {
+	d := line[9:12]
+	if d[0] < '1' || d[0] > '5' || !isDigit(d[1]) || !isDigit(d[2]) {
 		return resp, false
 	}
-	resp.Status = code
+	resp.Status = int(d[0]-'0')*100 + int(d[1]-'0')*10 + int(d[2]-'0')
 	headers, _, _ := bytes.Cut(rest, []byte("\r\n\r\n"))
 	for len(headers) > 0 {
 		var h []byte
@@ -202,12 +236,47 @@ func ParseResponse(b []byte) (resp Response, ok bool) {
 			resp.EventStream = bytes.EqualFold(ct, []byte("text/event-stream"))
 			resp.NDJSON = bytes.EqualFold(ct, []byte("application/x-ndjson"))
 		case bytes.EqualFold(name, []byte("transfer-encoding")):
-			resp.Chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+			resp.Chunked = containsFold(value, "chunked")
 		case bytes.EqualFold(name, []byte("content-length")):
-			if n, err := strconv.ParseInt(string(value), 10, 64); err == nil && n >= 0 {
-				resp.ContentLength = n
-			}
+			resp.ContentLength = contentLength(value)
 		}
 	}
 	return resp, true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// containsFold reports whether v contains word (lower-case ASCII), ignoring
+// ASCII case.
+func containsFold(v []byte, word string) bool {
+next:
+	for i := 0; i+len(word) <= len(v); i++ {
+		for j := range len(word) {
+			c := v[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != word[j] {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// contentLength reads a Content-Length value (1*DIGIT), or -1 when it is
+// not one or overflows.
+func contentLength(v []byte) int64 {
+	if len(v) == 0 || len(v) > 18 {
+		return -1
+	}
+	var n int64
+	for _, c := range v {
+		if !isDigit(c) {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
 }

@@ -75,6 +75,12 @@ func TestParseResponse(t *testing.T) {
 		{"error", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n", true, 503, false},
 		{"garbage", "\x17\x03\x03\x00\x20", false, 0, false},
 		{"bad status", "HTTP/1.1 2x0 OK\r\n\r\n", false, 0, false},
+		{"signed status", "HTTP/1.1 +99 OK\r\n\r\n", false, 0, false},
+		{"status below 100", "HTTP/1.1 099 OK\r\n\r\n", false, 0, false},
+		{"status above 599", "HTTP/1.1 600 OK\r\n\r\n", false, 0, false},
+		{"no reason phrase", "HTTP/1.1 599\r\n\r\n", true, 599, false},
+		{"chunked among codings, any case", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, CHUNKED\r\n\r\n", true, 200, true},
+		{"not chunked (Kelvin sign)", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chun\u212aed\r\n\r\n", true, 200, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +89,17 @@ func TestParseResponse(t *testing.T) {
 				t.Fatalf("got %+v ok=%v streamed=%v", r, ok, r.Streamed())
 			}
 		})
+	}
+}
+
+func TestContentLength(t *testing.T) {
+	for in, want := range map[string]int64{
+		"17": 17, "0": 0, "": -1, "+5": -1, "-1": -1, "1 7": -1, "999999999999999999": 999999999999999999, "9999999999999999999": -1,
+	} {
+		r, ok := ParseResponse([]byte("HTTP/1.1 200 OK\r\nContent-Length: " + in + "\r\n\r\n"))
+		if !ok || r.ContentLength != want {
+			t.Errorf("Content-Length %q: got %d, want %d", in, r.ContentLength, want)
+		}
 	}
 }
 
@@ -97,4 +114,52 @@ func FuzzParse(f *testing.F) {
 		}
 		ParseResponse(b)
 	})
+}
+
+// TestSniffingAllocatesNothing: the receiver reads every stream's heads
+// with SniffRequest and ParseResponse on its hot path.
+func TestSniffingAllocatesNothing(t *testing.T) {
+	for _, in := range allocCorpus {
+		b := []byte(in)
+		if n := testing.AllocsPerRun(100, func() { SniffRequest(b); ParseResponse(b) }); n != 0 {
+			t.Errorf("%q: %v allocations", in, n)
+		}
+	}
+}
+
+var allocCorpus = []string{
+	"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n{\"model\": \"llama-3-8b\", \"stream\": true}",
+	"POST /api/generate HTTP/1.1\r\n\r\n{\"prompt\":\"the model is\",\"model\":\"qwen2:7b\"}",
+	"POST /api/chat HTTP/1.1\r\n\r\n{\"model\":\"qw",
+	"GET /health HTTP/1.1\r\nHost: a",
+	"POST /x HTTP/1.1\r\n\r\n{\"model\":\"a\\\"b\"}",
+	"POST /x HTTP/1.1\r\n\r\n{\"model\":\"\"}",
+	"POST /x#frag HTTP/1.1\r\nA: b\r\n\r\n{\"model\" :\t\"m\x01\"}",
+	"POST /x HTTP/1.1\r\nA: b\r\n\r\n{\"model\":1,\"model\":\"late\"}",
+	"BREW /pot HTTP/1.1\r\n\r\n",
+	"get / HTTP/1.1\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\n\r\n",
+	"POST /v1/chat/compl",
+	"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+	"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+	"GET /\x00\x01 HTTP/1.1\r\n\r\n",
+	"GET /" + strings.Repeat("a", 300) + " HTTP/1.1\r\n\r\n",
+	"GET /" + strings.Repeat("a", 300) + "?q HTTP/1.1\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n",
+	"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, CHUNKED\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chun\u212aed\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunk\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Type: text/plain\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"ok\":true}",
+	"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+	"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
+	"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+	"HTTP/1.1 +99 OK\r\n\r\n",
+	"HTTP/1.1 099 OK\r\n\r\n",
+	"HTTP/1.1 600 OK\r\n\r\n",
+	"HTTP/1.1 599\r\n\r\n",
+	"\x17\x03\x03\x00\x20",
+	"HTTP/1.1 2x0 OK\r\n\r\n",
 }

@@ -235,7 +235,8 @@ func readLoop[R any](ctx context.Context, r *tokenwireReceiver, capability attri
 	read func(*R) error, closed error, add func(*R)) {
 	defer r.wg.Done()
 	var rec R
-	counted := metric.WithAttributeSet(attribute.NewSet(capability))
+	// Built once: a variadic call would allocate its option slice per record.
+	counted := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(capability))}
 	for {
 		if err := read(&rec); err != nil {
 			if errors.Is(err, closed) {
@@ -244,7 +245,7 @@ func readLoop[R any](ctx context.Context, r *tokenwireReceiver, capability attri
 			r.set.Logger.Warn("reading BPF records", zap.String(string(capability.Key), capability.Value.AsString()), zap.Error(err))
 			continue
 		}
-		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, counted)
+		r.telemetry.ReceiverTokenwireRecordsRead.Add(ctx, 1, counted...)
 		add(&rec)
 	}
 }

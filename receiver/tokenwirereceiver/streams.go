@@ -254,8 +254,9 @@ func (s *streamStats) classify(o *openStream, st *stream.Stats) {
 	if o.pid == 0 {
 		o.pid = st.PID
 	}
-	method, path, model, reqOK := sniffRequest(o.req[:o.reqLen])
-	streamed, respOK := sniffResponse(o.resp[:o.respLen])
+	req, reqOK := httpsniff.SniffRequest(o.req[:o.reqLen])
+	resp, respOK := httpsniff.ParseResponse(o.resp[:o.respLen])
+	streamed := resp.Streamed()
 	o.isHTTP = respOK
 	if i := bytes.Index(o.resp[:o.respLen], []byte("\r\n\r\n")); respOK && i >= 0 {
 		o.headerLen = i + 4
@@ -276,16 +277,16 @@ func (s *streamStats) classify(o *openStream, st *stream.Stats) {
 	}
 	key := seriesKey{pid: o.pid, port: st.Local.Port(), mode: mode}
 	if reqOK && respOK {
-		key.method = methodString(method)
-		key.path = capped(s.paths, s.cfg.MaxPaths, path)
-		if len(model) > 0 {
-			key.model = capped(s.models, s.cfg.MaxModels, model)
+		key.method = req.Method
+		key.path = capped(s.paths, s.cfg.MaxPaths, req.Path)
+		if len(req.Model) > 0 {
+			key.model = capped(s.models, s.cfg.MaxModels, req.Model)
 		}
 	}
 	o.key = key
 	if s.cfg.Spans {
 		o.request, _ = httpsniff.ParseRequest(o.req[:o.reqLen])
-		o.response, _ = httpsniff.ParseResponse(o.resp[:o.respLen])
+		o.response = resp
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
-	"github.com/tokenwire/tokenwire/internal/httpsniff"
 	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -285,71 +283,6 @@ func TestReusedStreamEntriesStartClean(t *testing.T) {
 	n, points := sumValue(md, "tokenwire.stream.chunks", map[string]any{})
 	require.EqualValues(t, 2, n)
 	require.Equal(t, 1, points, "one series: GET /s, no model")
-}
-
-// The metrics path reads the heads itself; it must agree with httpsniff,
-// which spans and the rest of tokenwire use.
-func TestSniffMatchesHTTPSniff(t *testing.T) {
-	for _, in := range sniffCorpus {
-		checkSniff(t, []byte(in))
-	}
-}
-
-func FuzzSniffMatchesHTTPSniff(f *testing.F) {
-	for _, in := range sniffCorpus {
-		f.Add([]byte(in))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) { checkSniff(t, b) })
-}
-
-func checkSniff(t *testing.T, b []byte) {
-	req, reqOK := httpsniff.ParseRequest(b)
-	method, path, model, ok := sniffRequest(b)
-	if ok != reqOK || string(method) != req.Method || string(path) != req.Path || string(model) != req.Model {
-		t.Fatalf("%q: sniffRequest = %q %q %q %v, httpsniff = %+v %v", b, method, path, model, ok, req, reqOK)
-	}
-	resp, respOK := httpsniff.ParseResponse(b)
-	streamed, ok := sniffResponse(b)
-	if ok != respOK || (ok && streamed != resp.Streamed()) {
-		t.Fatalf("%q: sniffResponse = %v %v, httpsniff = %+v %v", b, streamed, ok, resp, respOK)
-	}
-}
-
-var sniffCorpus = []string{
-	"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n{\"model\": \"llama-3-8b\", \"stream\": true}",
-	"POST /api/generate HTTP/1.1\r\n\r\n{\"prompt\":\"the model is\",\"model\":\"qwen2:7b\"}",
-	"POST /api/chat HTTP/1.1\r\n\r\n{\"model\":\"qw",
-	"GET /health HTTP/1.1\r\nHost: a",
-	"POST /x HTTP/1.1\r\n\r\n{\"model\":\"a\\\"b\"}",
-	"POST /x HTTP/1.1\r\n\r\n{\"model\":\"\"}",
-	"POST /x#frag HTTP/1.1\r\nA: b\r\n\r\n{\"model\" :\t\"m\x01\"}",
-	"POST /x HTTP/1.1\r\nA: b\r\n\r\n{\"model\":1,\"model\":\"late\"}",
-	"BREW /pot HTTP/1.1\r\n\r\n",
-	"get / HTTP/1.1\r\n\r\n",
-	"OPTIONS * HTTP/1.1\r\n\r\n",
-	"POST /v1/chat/compl",
-	"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
-	"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-	"GET /\x00\x01 HTTP/1.1\r\n\r\n",
-	"GET /" + strings.Repeat("a", 300) + " HTTP/1.1\r\n\r\n",
-	"GET /" + strings.Repeat("a", 300) + "?q HTTP/1.1\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n",
-	"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, CHUNKED\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chun\u212aed\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunk\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Type: text/plain\r\n\r\n",
-	"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"ok\":true}",
-	"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
-	"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request",
-	"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
-	"HTTP/1.1 +99 OK\r\n\r\n",
-	"HTTP/1.1 099 OK\r\n\r\n",
-	"HTTP/1.1 600 OK\r\n\r\n",
-	"HTTP/1.1 599\r\n\r\n",
-	"\x17\x03\x03\x00\x20",
-	"HTTP/1.1 2x0 OK\r\n\r\n",
 }
 
 // BenchmarkStreamRecords measures the user-space cost of stream records
