@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -51,6 +52,10 @@ type openStream struct {
 	respLen int
 	pid     uint32
 	comm    [16]byte
+	// The socket's addresses, from the kernel's first PROGRESS record: an
+	// END made by the idle timeout (from the kernel's state, which has no
+	// addresses) takes them from here.
+	local, remote netip.AddrPort
 
 	classified bool
 	skip       string // non-empty: not reported, and why
@@ -224,10 +229,16 @@ func (s *streamStats) add(rec *stream.Record) {
 		o.pid, o.comm = rec.PID, rec.Comm
 	case stream.KindProgress:
 		o = s.opened(o, rec.ID)
+		if !o.remote.IsValid() {
+			o.local, o.remote = rec.Stats.Local, rec.Stats.Remote
+		}
 		s.count(o, rec, false)
 	case stream.KindEnd:
 		if o == nil {
 			o = s.fresh() // counted from the END record alone
+		}
+		if !rec.Stats.Remote.IsValid() {
+			rec.Stats.Local, rec.Stats.Remote = o.local, o.remote
 		}
 		delete(s.open, rec.ID)
 		if rec.Stats.HeadersTS != 0 {
@@ -450,7 +461,7 @@ func (s *streamStats) span(o *openStream, rec *stream.Record) {
 		a.PutStr("gen_ai.request.model", o.request.Model)
 	}
 	a.PutInt("server.port", int64(o.key.port))
-	if st.Remote.IsValid() { // not known for a stream ended by idle timeout
+	if st.Remote.IsValid() { // unknown for an idle stream that never sent a chunk
 		a.PutStr("client.address", st.Remote.Addr().Unmap().String())
 		a.PutInt("client.port", int64(st.Remote.Port()))
 	}

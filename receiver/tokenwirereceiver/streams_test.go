@@ -351,6 +351,8 @@ func TestIdleStreamTimesOut(t *testing.T) {
 	a := sp.Attributes().AsRaw()
 	require.Equal(t, "idle_timeout", a["tokenwire.stream.end_reason"])
 	require.EqualValues(t, 2, a["tokenwire.stream.chunks"])
+	require.Equal(t, "127.0.0.1", a["client.address"], "the address comes from the stream's first PROGRESS record")
+	require.EqualValues(t, port, a["server.port"])
 	require.Less(t, sp.EndTimestamp().AsTime().Sub(sp.StartTimestamp().AsTime()), 500*time.Millisecond,
 		"the stream ends at its last write, not when the timeout fired")
 }
