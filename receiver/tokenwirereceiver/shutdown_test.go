@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -82,8 +83,61 @@ func TestShutdownReportsEveryEndedStream(t *testing.T) {
 	stop() // at once: no export interval has passed
 
 	require.Equal(t, streams, traces.SpanCount(), "one span per stream")
+	require.EqualValues(t, streams*events, sumChunks(metrics), "chunks of every stream")
+}
+
+// TestFirstShutdownFlushesEveryPipeline: the collector tears a pipeline
+// down right after its receiver, so whichever handle is shut down first
+// must already deliver the last spans and metrics to both pipelines.
+func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
+	bpftest.Require(t)
+	const streams, events = 10, 5
+	for _, tracesFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "traces first", false: "metrics first"}[tracesFirst], func(t *testing.T) {
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			require.NoError(t, err)
+			srv := &http.Server{Handler: sseHandler{think: time.Millisecond, interval: time.Millisecond, events: events}}
+			go srv.Serve(ln)
+			defer srv.Close()
+
+			cfg := createDefaultConfig()
+			cfg.CollectionInterval = time.Hour
+			cfg.Handshake.Enabled = false
+			cfg.Streams.Ports = []int{ln.Addr().(*net.TCPAddr).Port}
+			f := NewFactory()
+			set := receivertest.NewNopSettings(metadata.Type)
+			metrics, traces := new(consumertest.MetricsSink), new(consumertest.TracesSink)
+			mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
+			require.NoError(t, err)
+			tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
+			require.NoError(t, err)
+			require.NoError(t, mr.Start(context.Background(), componenttest.NewNopHost()))
+			require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
+			first, second := mr, component.Component(tr)
+			if tracesFirst {
+				first, second = tr, mr
+			}
+			defer func() { require.NoError(t, second.Shutdown(context.Background())) }()
+
+			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			for range streams {
+				resp, err := client.Get("http://" + ln.Addr().String() + "/")
+				require.NoError(t, err)
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			require.NoError(t, first.Shutdown(context.Background()))
+			// Both sinks are complete before the second handle goes.
+			require.Equal(t, streams, traces.SpanCount())
+			require.EqualValues(t, streams*events, sumChunks(metrics))
+		})
+	}
+}
+
+// sumChunks adds up tokenwire.stream.chunks over everything a sink got.
+func sumChunks(sink *consumertest.MetricsSink) int64 {
 	var chunks int64
-	for _, md := range metrics.AllMetrics() {
+	for _, md := range sink.AllMetrics() {
 		rms := md.ResourceMetrics()
 		for i := range rms.Len() {
 			sms := rms.At(i).ScopeMetrics()
@@ -99,5 +153,5 @@ func TestShutdownReportsEveryEndedStream(t *testing.T) {
 			}
 		}
 	}
-	require.EqualValues(t, streams*events, chunks, "chunks of every stream")
+	return chunks
 }
