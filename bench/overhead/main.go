@@ -285,6 +285,10 @@ func (e *env) dumpLogs() {
 //   - ports: its listening ports move to the bench's own (other collectors
 //     on this host may hold 8888, 8889 and 13133), and the tokenwire
 //     receiver tracks streams on our server's port;
+//   - logs: sampling off, so that every per-batch line of the debug
+//     exporter, which countExported adds up, is written (the collector's
+//     default sampler keeps 10 lines per message per 10 s, then 1 in 100:
+//     a one-span-batch-per-second pipeline loses a line now and then);
 //   - interceptor only: an otlp receiver replaces tokenwire in the metrics
 //     and traces pipelines.
 //
@@ -303,6 +307,9 @@ extensions:
     endpoint: 127.0.0.1:%d
 service:
   telemetry:
+    logs:
+      sampling:
+        enabled: false
     metrics:
       readers:
         - pull:

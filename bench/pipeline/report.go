@@ -136,7 +136,10 @@ func write(steps []step, rings []int) error {
 		best := sm.sustained
 		verdict := "met"
 		if best < 1e6 {
-			verdict = fmt.Sprintf("**missed** by %.0f%%", (1-best/1e6)*100)
+			verdict = "**missed**: records were lost at lower rates"
+			if l := sm.lossAt; l != nil {
+				verdict = fmt.Sprintf("**missed**: %.3f%% of records were lost already at %s records/s", pct(l.lost, l.produced), target(l))
+			}
 		}
 		allocs := "met"
 		if sm.maxAlloc >= 0.01 {
