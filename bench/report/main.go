@@ -288,6 +288,10 @@ const missing = `## Reading the numbers: why targets are missed and what would c
   would close most of the remaining gap: no per-chunk state access (not possible while intervals are
   measured per stream in the kernel), or per-chunk records to user space (which moves the cost to the
   collector's core: about 0.4-0.6 us per record, section 4).
+- **Accuracy (p99 under 1 ms).** Met against the client (TTFT) and the server (chunk intervals). TTFT against
+  the server's own timer can exceed 1 ms at p99: tokenwire starts the clock when the request's last byte
+  reaches the socket, the server when its handler starts, after Go's net/http has read and parsed the
+  request and scheduled a goroutine. The client sees that time too, which is why TTFT counts it.
 - **p99 chunk latency (+2%).** The load generator, the server and the collector share 2 cores with other
   work on the VM: at 500 streams the p99 is set by CPU contention and scheduling (several ms, varying by
   more between repeats of one variant than between variants; see the per-repeat rows in overhead.csv). The
