@@ -114,11 +114,13 @@ type row struct {
 	LoadCPU      float64
 	ServerMem    benchutil.Mem // at the end of the window
 	CollectorMem benchutil.Mem
-	BPFRunNs     uint64   // in the window, the collector's programs only
-	BPFRunCnt    uint64   // runs in the window
-	Window       float64  // nominal window, seconds: chunks count inside it
-	CPUWindow    float64  // measured time between the CPU snapshots, seconds
-	Exported     exported // what the collector's debug exporter saw, whole run
+	BPFRunNs     uint64 // in the window, the collector's programs only
+	BPFRunCnt    uint64 // runs in the window
+	// BPFByProg splits BPFRunNs and BPFRunCnt by program name.
+	BPFByProg map[string]progRun
+	Window    float64  // nominal window, seconds: chunks count inside it
+	CPUWindow float64  // measured time between the CPU snapshots, seconds
+	Exported  exported // what the collector's debug exporter saw, whole run
 }
 
 // Ports the bench's own processes listen on (127.0.0.1 only). They are
@@ -448,7 +450,11 @@ type snapshot struct {
 	at                      time.Time
 	server, collector, load float64
 	bpfNs, bpfCnt           uint64
+	byProg                  map[string]progRun
 }
+
+// progRun is one BPF program's run time and run count.
+type progRun struct{ Ns, Cnt uint64 }
 
 // snap reads the counters; any error (a process gone) fails the run
 // rather than turning into a zero.
@@ -472,6 +478,11 @@ func snap(server *child, collector *collector, load *child) (snapshot, error) {
 			return s, fmt.Errorf("collector's BPF programs: %w", err)
 		}
 		s.bpfNs, s.bpfCnt = benchutil.SumRunNs(ps)
+		s.byProg = map[string]progRun{}
+		for _, p := range ps {
+			r := s.byProg[p.Name]
+			s.byProg[p.Name] = progRun{r.Ns + p.RunNs, r.Cnt + p.RunCnt}
+		}
 	}
 	return s, nil
 }
@@ -537,6 +548,12 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	rw.CPUWindow = b.at.Sub(a.at).Seconds()
 	rw.ServerCPU, rw.CollectorCPU, rw.LoadCPU = b.server-a.server, b.collector-a.collector, b.load-a.load
 	rw.BPFRunNs, rw.BPFRunCnt = b.bpfNs-a.bpfNs, b.bpfCnt-a.bpfCnt
+	if b.byProg != nil {
+		rw.BPFByProg = map[string]progRun{}
+		for name, r := range b.byProg {
+			rw.BPFByProg[name] = progRun{r.Ns - a.byProg[name].Ns, r.Cnt - a.byProg[name].Cnt}
+		}
+	}
 	// The load generator finishes the streams in flight (each at most
 	// -chunks intervals, plus its own per-stream deadline) and exits.
 	if err := load.wait(time.Duration(*chunks)*(*interval)*5 + 60*time.Second); err != nil {

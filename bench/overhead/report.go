@@ -85,6 +85,22 @@ func writeComparison(rows []row, variants []string, suffix string) error {
 	if err := writeCSV(filepath.Join(*outDir, "overhead"+suffix+".csv"), rowHeader, recs); err != nil {
 		return err
 	}
+	recs = nil
+	for _, r := range rows {
+		names := make([]string, 0, len(r.BPFByProg))
+		for n := range r.BPFByProg {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			pr := r.BPFByProg[n]
+			recs = append(recs, []string{strconv.Itoa(r.Repeat), r.Variant, strconv.Itoa(r.Streams), n, u(pr.Ns), u(pr.Cnt), strconv.Itoa(r.Load.Chunks)})
+		}
+	}
+	if err := writeCSV(filepath.Join(*outDir, "overhead"+suffix+"-bpf.csv"),
+		[]string{"repeat", "variant", "streams", "program", "run_ns", "run_cnt", "chunks"}, recs); err != nil {
+		return err
+	}
 	bounds := histBounds()
 	hists := map[string][]uint64{}
 	for _, r := range rows {
@@ -207,6 +223,7 @@ func comparison(b *strings.Builder, rows []row, variants []string, nStreams int,
 			v, s.ChunksPerSec, s.P50, s.P99, s.P999, s.TTFT50, s.ServerCPUSec, s.ServerCPU, s.CollectorCPUSec, s.CollectorCPU,
 			s.BPFRunSec, s.BPFSec, s.ServerRSS, s.ServerHWM, s.CollRSS, s.CollHWM, s.Errors)
 	}
+	bpfByProgram(b, rows)
 	w("\nWhat each collector's debug exporter logged over the whole run (warm-up and the streams finishing after the window included; median per run), " +
 		"against the streams the load generator completed in that run:\n\n| variant | streams completed | spans exported | metric data points exported |\n| --- | --- | --- | --- |\n")
 	for _, v := range variants {
@@ -214,7 +231,7 @@ func comparison(b *strings.Builder, rows []row, variants []string, nStreams int,
 			w("| %s | %.0f | %.0f | %.0f |\n", v, s.Completed, s.Spans, s.Points)
 		}
 	}
-	w("\nRaw rows (every repeat): `bench/results/overhead%s.csv`; latency histograms: `bench/results/overhead%s-latency-hist.csv`.\n\n", suffix, suffix)
+	w("\nRaw rows (every repeat): `bench/results/overhead%s.csv`; BPF run time by program: `bench/results/overhead%s-bpf.csv`; latency histograms: `bench/results/overhead%s-latency-hist.csv`.\n\n", suffix, suffix, suffix)
 	w("![chunk delivery latency, %d streams](bench/results/latency%s.png)\n\n", nStreams, suffix)
 	base, okB := sums["baseline"]
 	tw, okT := sums["tokenwire"]
@@ -264,6 +281,54 @@ func comparison(b *strings.Builder, rows []row, variants []string, nStreams int,
 		w("\n")
 	}
 	return tw, okT
+}
+
+// bpfByProgram splits the tokenwire variant's BPF run time by program,
+// per delivered chunk (medians over repeats): which of it runs in the
+// server's write path, and which on the client's side of loopback.
+func bpfByProgram(b *strings.Builder, rows []row) {
+	per := map[string][][2]float64{} // program -> per repeat: runs per chunk, ns per chunk
+	for _, r := range rows {
+		if r.Variant != "tokenwire" || r.Load.Chunks == 0 {
+			continue
+		}
+		for name, pr := range r.BPFByProg {
+			c := float64(r.Load.Chunks)
+			per[name] = append(per[name], [2]float64{float64(pr.Cnt) / c, float64(pr.Ns) / c})
+		}
+	}
+	if len(per) == 0 {
+		return
+	}
+	names := make([]string, 0, len(per))
+	for n := range per {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	fmt.Fprintf(b, "\ntokenwire's BPF run time by program, per delivered chunk (medians over repeats; bpf stats):\n\n"+
+		"| program | hook, and whose context it runs in on loopback | runs per chunk | ns per run | ns per chunk |\n| --- | --- | --- | --- | --- |\n")
+	for _, n := range names {
+		var runs, ns []float64
+		for _, v := range per[n] {
+			runs, ns = append(runs, v[0]), append(ns, v[1])
+		}
+		r, c := benchutil.Median(runs), benchutil.Median(ns)
+		perRun := 0.0
+		if r > 0 {
+			perRun = c / r
+		}
+		fmt.Fprintf(b, "| %s | %s | %.2f | %.0f | %.0f |\n", n, progRole[n], r, perRun, c)
+	}
+}
+
+// progRole says where each of tokenwire's programs runs during the bench.
+var progRole = map[string]string{
+	"tw_st_sent_btf":  "sock_send_length: every socket send on the host; the server's chunk writes do the work",
+	"tw_st_peek_btf":  "tcp_sendmsg_locked (fallback peek, not attached where tp_btf works)",
+	"tw_st_ready_btf": "sk_data_ready: data arriving on any socket; per chunk the load generator's socket, in the server's send path (loopback softirq)",
+	"tw_st_recv_btf":  "sock_recv_length: every socket read on the host; per chunk the load generator's reads",
+	"tw_st_state_btf": "inet_sock_set_state: TCP state changes (per stream)",
+	"tw_hs_tp_btf":    "inet_sock_set_state: TCP state changes, handshake probe (per connection)",
 }
 
 // writeVariants says what each variant runs and exports, with the
