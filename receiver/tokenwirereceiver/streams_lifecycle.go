@@ -36,6 +36,9 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		summary := p.Choice.Summary()
 		if p.Choice.Closer == nil {
 			summary = "not attached: streams are opaque"
+			if p.Name == "sock_recv_length" {
+				summary = "not attached: no request details"
+			}
 		}
 		fields = append(fields, zap.String(p.Name, summary))
 	}
