@@ -276,18 +276,19 @@ const missing = `## Reading the numbers: why targets are missed and what would c
   the line (the sparse 50x50 run, 20 ms apart, pays twice the busy one). Any design that keeps per-socket state
   pays that miss once per chunk; the fields a chunk touches now sit in one cache line, so that it is one miss
   rather than several (not measured apart).
-- **Server CPU (+1%).** Measured: +5% at 500 streams and +13% at 200 (it was +21% and +18% with the
-  two-hook probe). Per chunk the server spends about 13-16 us of CPU, so 1% is about 150 ns per chunk
-  for everything tokenwire adds. On loopback the client's side runs on the same kernel: its socket's
-  sk_data_ready fires in the server's send path (softirq) and its reads fire sock_recv_length, so even empty
-  programs on the stream hooks cost about 240-330 ns per chunk here (bench/streams: "empty programs on the same
-  hooks"), about 2% of the server's CPU, before any work. With remote clients only sock_send_length runs per
-  chunk on the server. bpf stats are on during the benchmark (to measure), adding two clock reads per run. The
-  rest of the delta beyond the BPF run time is the tracepoints being enabled at all (the kernel's call into the
-  BPF trampoline and its bookkeeping around each program) and cache effects on the server's own code. What
-  would close most of the remaining gap: no per-chunk state access (not possible while intervals are
-  measured per stream in the kernel), or per-chunk records to user space (which moves the cost to the
-  collector's core: about 0.4-0.6 us per record, section 4).
+- **Server CPU (+1%).** Measured in this run: +16% at 500 streams (a saturated machine) and +7.5% at 200;
+  an earlier full run of the same code gave +5% and +13%, so between runs the delta moves by more than
+  the target (the two-hook probe measured +21% and +18%). The by-program table in section 1 is steadier:
+  per chunk, sock_send_length costs about 670-740 ns in the server's writes and sk_data_ready about 140 ns
+  (the load generator's socket, in the server's loopback softirq), together about 6-7% of the server's
+  12.8 us per chunk; sock_recv_length (about 210 ns per chunk) runs in the load generator's reads. 1% is
+  about 130 ns per chunk for everything tokenwire adds, less than an empty program on the stream hooks
+  costs here (bench/streams: "empty programs on the same hooks", 240-330 ns per chunk, most of it on the
+  client's side of loopback). With remote clients only sock_send_length runs per chunk on the server. bpf
+  stats are on during the benchmark (to measure), adding two clock reads per run. What would close most of
+  the rest: no per-chunk state access (not possible while intervals are measured per stream in the
+  kernel), or per-chunk records to user space (which moves the cost to the collector's core: about
+  0.4-0.6 us per record, section 4).
 - **Accuracy (p99 under 1 ms).** Met against the client (TTFT) and the server (chunk intervals). TTFT against
   the server's own timer can exceed 1 ms at p99: tokenwire starts the clock when the request's last byte
   reaches the socket, the server when its handler starts, after Go's net/http has read and parsed the
