@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/goleak"
 
@@ -24,23 +24,24 @@ import (
 
 // started is a receiver running in both pipelines, as a collector runs it.
 type started struct {
-	metrics  *consumertest.MetricsSink
-	handles  []interface{ Shutdown(context.Context) error }
-	shutdown func()
+	metrics *consumertest.MetricsSink
+	traces  *consumertest.TracesSink
+	// The two handles, for tests that shut them down one at a time.
+	metricsRecv, tracesRecv component.Component
+	shutdown                func() // both handles, once; also at cleanup
 }
 
 func start(t *testing.T, cfg *Config) *started {
 	t.Helper()
 	f := NewFactory()
 	set := receivertest.NewNopSettings(metadata.Type)
-	s := &started{metrics: new(consumertest.MetricsSink)}
+	s := &started{metrics: new(consumertest.MetricsSink), traces: new(consumertest.TracesSink)}
 	mr, err := f.CreateMetrics(context.Background(), set, cfg, s.metrics)
 	require.NoError(t, err)
-	tr, err := f.CreateTraces(context.Background(), set, cfg, new(consumertest.TracesSink))
+	tr, err := f.CreateTraces(context.Background(), set, cfg, s.traces)
 	require.NoError(t, err)
-	for _, c := range []receiver.Metrics{mr} {
-		require.NoError(t, c.Start(context.Background(), componenttest.NewNopHost()))
-	}
+	s.metricsRecv, s.tracesRecv = mr, tr
+	require.NoError(t, mr.Start(context.Background(), componenttest.NewNopHost()))
 	require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
 	done := false
 	s.shutdown = func() {

@@ -11,15 +11,37 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
-	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
+
+// shutdownConfig streams on ln's port only, exporting nothing before
+// Shutdown: what the sinks hold afterwards is the final flush.
+func shutdownConfig(ln net.Listener) *Config {
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = time.Hour
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{ln.Addr().(*net.TCPAddr).Port}
+	return cfg
+}
+
+// serveSSE serves sseHandler on a loopback port for the test's lifetime.
+func serveSSE(t *testing.T, h sseHandler) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln
+}
+
+// chunksCounted is tokenwire.stream.chunks summed over every series of the
+// last emission (sums are cumulative).
+func chunksCounted(s *started) int64 {
+	n, _ := sumValue(lastEmission(s.metrics), "tokenwire.stream.chunks", nil)
+	return n
+}
 
 // TestShutdownReportsEveryEndedStream: a collector shut down right after a
 // burst of streams still reports each of them, exactly once. Their END
@@ -29,34 +51,8 @@ import (
 func TestShutdownReportsEveryEndedStream(t *testing.T) {
 	bpftest.Require(t)
 	const streams, events = 200, 20
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: sseHandler{think: 5 * time.Millisecond, interval: 2 * time.Millisecond, events: events}}
-	go srv.Serve(ln)
-	defer srv.Close()
-
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = time.Hour // only the final flush at Shutdown exports
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{ln.Addr().(*net.TCPAddr).Port}
-	f := NewFactory()
-	set := receivertest.NewNopSettings(metadata.Type)
-	metrics, traces := new(consumertest.MetricsSink), new(consumertest.TracesSink)
-	mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
-	require.NoError(t, err)
-	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
-	require.NoError(t, err)
-	require.NoError(t, mr.Start(context.Background(), componenttest.NewNopHost()))
-	require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			require.NoError(t, mr.Shutdown(context.Background()))
-			require.NoError(t, tr.Shutdown(context.Background()))
-		}
-	}
-	defer stop()
+	ln := serveSSE(t, sseHandler{think: 5 * time.Millisecond, interval: 2 * time.Millisecond, events: events})
+	s := start(t, shutdownConfig(ln))
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	var wg sync.WaitGroup
@@ -80,10 +76,10 @@ func TestShutdownReportsEveryEndedStream(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	stop() // at once: no export interval has passed
+	s.shutdown() // at once: no export interval has passed
 
-	require.Equal(t, streams, traces.SpanCount(), "one span per stream")
-	require.EqualValues(t, streams*events, sumChunks(metrics), "chunks of every stream")
+	require.Equal(t, streams, s.traces.SpanCount(), "one span per stream")
+	require.EqualValues(t, streams*events, chunksCounted(s), "chunks of every stream")
 }
 
 // TestFirstShutdownFlushesEveryPipeline: the collector tears a pipeline
@@ -94,30 +90,12 @@ func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
 	const streams, events = 10, 5
 	for _, tracesFirst := range []bool{true, false} {
 		t.Run(map[bool]string{true: "traces first", false: "metrics first"}[tracesFirst], func(t *testing.T) {
-			ln, err := net.Listen("tcp4", "127.0.0.1:0")
-			require.NoError(t, err)
-			srv := &http.Server{Handler: sseHandler{think: time.Millisecond, interval: time.Millisecond, events: events}}
-			go srv.Serve(ln)
-			defer srv.Close()
-
-			cfg := createDefaultConfig()
-			cfg.CollectionInterval = time.Hour
-			cfg.Handshake.Enabled = false
-			cfg.Streams.Ports = []int{ln.Addr().(*net.TCPAddr).Port}
-			f := NewFactory()
-			set := receivertest.NewNopSettings(metadata.Type)
-			metrics, traces := new(consumertest.MetricsSink), new(consumertest.TracesSink)
-			mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
-			require.NoError(t, err)
-			tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
-			require.NoError(t, err)
-			require.NoError(t, mr.Start(context.Background(), componenttest.NewNopHost()))
-			require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
-			first, second := mr, component.Component(tr)
+			ln := serveSSE(t, sseHandler{think: time.Millisecond, interval: time.Millisecond, events: events})
+			s := start(t, shutdownConfig(ln))
+			first := s.metricsRecv
 			if tracesFirst {
-				first, second = tr, mr
+				first = s.tracesRecv
 			}
-			defer func() { require.NoError(t, second.Shutdown(context.Background())) }()
 
 			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			for range streams {
@@ -128,30 +106,8 @@ func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
 			}
 			require.NoError(t, first.Shutdown(context.Background()))
 			// Both sinks are complete before the second handle goes.
-			require.Equal(t, streams, traces.SpanCount())
-			require.EqualValues(t, streams*events, sumChunks(metrics))
+			require.Equal(t, streams, s.traces.SpanCount())
+			require.EqualValues(t, streams*events, chunksCounted(s))
 		})
 	}
-}
-
-// sumChunks adds up tokenwire.stream.chunks over everything a sink got.
-func sumChunks(sink *consumertest.MetricsSink) int64 {
-	var chunks int64
-	for _, md := range sink.AllMetrics() {
-		rms := md.ResourceMetrics()
-		for i := range rms.Len() {
-			sms := rms.At(i).ScopeMetrics()
-			for j := range sms.Len() {
-				ms := sms.At(j).Metrics()
-				for k := range ms.Len() {
-					if m := ms.At(k); m.Name() == "tokenwire.stream.chunks" && m.Type() == pmetric.MetricTypeSum {
-						for d := range m.Sum().DataPoints().Len() {
-							chunks += m.Sum().DataPoints().At(d).IntValue()
-						}
-					}
-				}
-			}
-		}
-	}
-	return chunks
 }
