@@ -19,7 +19,7 @@ func defaultConfig(ports ...uint16) Config {
 		Ports:             ports,
 		MaxTrackedSockets: 16384,
 		RingBufferBytes:   1 << 20,
-		HookOrder:         hook.DefaultOrder,
+		HookOrder:         bpftest.HookOrder(),
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
-	"github.com/tokenwire/tokenwire/internal/hook"
 )
 
 var testGapBounds = DefaultGapBounds
@@ -24,7 +23,7 @@ func testConfig(ports ...uint16) Config {
 		Ports:           ports,
 		MaxSockets:      16384,
 		RingBufferBytes: 4 << 20,
-		HookOrder:       hook.DefaultOrder,
+		HookOrder:       bpftest.HookOrder(),
 		Coalesce:        500 * time.Microsecond,
 		FlushInterval:   time.Second,
 		ChunkRecords:    true,

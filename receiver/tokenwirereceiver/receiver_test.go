@@ -33,6 +33,9 @@ type started struct {
 
 func start(t *testing.T, cfg *Config) *started {
 	t.Helper()
+	if slices.Equal(cfg.HookPreference, createDefaultConfig().HookPreference) {
+		cfg.HookPreference = bpftest.HookPreference() // the kernel matrix forces a hook type
+	}
 	f := NewFactory()
 	set := receivertest.NewNopSettings(metadata.Type)
 	s := &started{metrics: new(consumertest.MetricsSink), traces: new(consumertest.TracesSink)}
