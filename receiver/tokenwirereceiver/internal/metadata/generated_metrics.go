@@ -20,6 +20,36 @@ const (
 	AggregationStrategyMax = "max"
 )
 
+// AttributeCapability specifies the value capability attribute.
+type AttributeCapability int
+
+const (
+	_ AttributeCapability = iota
+	AttributeCapabilityStream
+	AttributeCapabilityHandshake
+	AttributeCapabilityXdp
+)
+
+// String returns the string representation of the AttributeCapability.
+func (av AttributeCapability) String() string {
+	switch av {
+	case AttributeCapabilityStream:
+		return "stream"
+	case AttributeCapabilityHandshake:
+		return "handshake"
+	case AttributeCapabilityXdp:
+		return "xdp"
+	}
+	return ""
+}
+
+// MapAttributeCapability is a helper map of string to AttributeCapability attribute value.
+var MapAttributeCapability = map[string]AttributeCapability{
+	"stream":    AttributeCapabilityStream,
+	"handshake": AttributeCapabilityHandshake,
+	"xdp":       AttributeCapabilityXdp,
+}
+
 // AttributeErrorType specifies the value error.type attribute.
 type AttributeErrorType int
 

@@ -28,6 +28,7 @@ type TelemetryBuilder struct {
 	meter                                metric.Meter
 	mu                                   sync.Mutex
 	registrations                        []metric.Registration
+	ReceiverTokenwireCapabilityUp        metric.Int64ObservableGauge
 	ReceiverTokenwireMapEntries          metric.Int64ObservableGauge
 	ReceiverTokenwireProgramsAttached    metric.Int64ObservableGauge
 	ReceiverTokenwireRecordsLost         metric.Int64ObservableCounter
@@ -48,6 +49,21 @@ type telemetryBuilderOptionFunc func(mb *TelemetryBuilder)
 
 func (tbof telemetryBuilderOptionFunc) apply(mb *TelemetryBuilder) {
 	tbof(mb)
+}
+
+// RegisterReceiverTokenwireCapabilityUpCallback sets callback for observable ReceiverTokenwireCapabilityUp metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireCapabilityUpCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireCapabilityUp, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireCapabilityUp)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
 }
 
 // RegisterReceiverTokenwireMapEntriesCallback sets callback for observable ReceiverTokenwireMapEntries metric.
@@ -168,6 +184,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.ReceiverTokenwireCapabilityUp, err = builder.meter.Int64ObservableGauge(
+		"otelcol_receiver_tokenwire_capability_up",
+		metric.WithDescription("Whether each enabled capability is running: 1 when it started, 0 when it is enabled but could not start and the receiver runs without it (the full reason is logged). A point with value 0 also carries error.type: the name of the first kernel error code in the failure (EPERM, ENOENT, ...), or _OTHER when it has none. Disabled capabilities have no point. [Development]"),
+		metric.WithUnit("{capability}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireMapEntries, err = builder.meter.Int64ObservableGauge(
 		"otelcol_receiver_tokenwire_map_entries",
 		metric.WithDescription("Entries in use in the receiver's bounded BPF maps of per-socket state. [Development]"),

@@ -21,6 +21,20 @@ func NewSettings(tt *componenttest.Telemetry) receiver.Settings {
 	return set
 }
 
+func AssertEqualReceiverTokenwireCapabilityUp(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_capability_up",
+		Description: "Whether each enabled capability is running: 1 when it started, 0 when it is enabled but could not start and the receiver runs without it (the full reason is logged). A point with value 0 also carries error.type: the name of the first kernel error code in the failure (EPERM, ENOENT, ...), or _OTHER when it has none. Disabled capabilities have no point. [Development]",
+		Unit:        "{capability}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_capability_up")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverTokenwireMapEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_map_entries",

@@ -20,6 +20,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	require.NoError(t, tb.RegisterReceiverTokenwireCapabilityUpCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
 	require.NoError(t, tb.RegisterReceiverTokenwireMapEntriesCallback(func(_ context.Context, observer metric.Int64Observer) error {
 		observer.Observe(1)
 		return nil
@@ -47,6 +51,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverTokenwireRecordsRead.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamEvictions.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamsSkipped.Add(context.Background(), 1)
+	AssertEqualReceiverTokenwireCapabilityUp(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverTokenwireMapEntries(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
