@@ -38,6 +38,12 @@ type Config struct {
 type HandshakeConfig struct {
 	// Enabled turns the handshake probe on.
 	Enabled bool `mapstructure:"enabled"`
+	// Required makes Start fail when the handshake probe cannot attach.
+	// When false (the default), the receiver logs why, reports
+	// otelcol_receiver_tokenwire_capability_up{capability="handshake"} 0
+	// and runs the other capabilities without it. Setting it while
+	// enabled is false is an error.
+	Required bool `mapstructure:"required"`
 	// Ports, when set, limits tracking to these server ports. Leave it out
 	// to track every TCP handshake on the host.
 	Ports []int `mapstructure:"ports"`
@@ -52,6 +58,12 @@ type HandshakeConfig struct {
 type StreamsConfig struct {
 	// Enabled turns the stream probe on.
 	Enabled bool `mapstructure:"enabled"`
+	// Required makes Start fail when the stream probe cannot attach. When
+	// false (the default), the receiver logs why, reports
+	// otelcol_receiver_tokenwire_capability_up{capability="stream"} 0 and
+	// runs the other capabilities without it. Setting it while enabled is
+	// false is an error.
+	Required bool `mapstructure:"required"`
 	// Ports are the server ports whose connections are tracked.
 	Ports []int `mapstructure:"ports"`
 	// Pids, when set, reports only streams written by these processes.
@@ -84,6 +96,14 @@ type StreamsConfig struct {
 type XDPConfig struct {
 	// Interfaces to attach to, by name. Empty: the filter is off.
 	Interfaces []string `mapstructure:"interfaces"`
+	// Required makes Start fail when the filter cannot attach to every
+	// interface. It defaults to true: a filter the user asked for must not
+	// be silently missing. Set it to false to run the stream and handshake
+	// probes without the filter when it cannot attach (the receiver logs
+	// why and reports
+	// otelcol_receiver_tokenwire_capability_up{capability="xdp"} 0). It
+	// has no effect while interfaces is empty.
+	Required bool `mapstructure:"required"`
 	// Mode is auto (native where the driver supports it, else generic),
 	// native or generic.
 	Mode string `mapstructure:"mode"`
@@ -126,6 +146,7 @@ func createDefaultConfig() *Config {
 			IdleTimeout:   5 * time.Minute,
 		},
 		XDP: XDPConfig{
+			Required:      true,
 			Mode:          xdp.ModeAuto,
 			CapacityIPv4:  xdp.DefaultCapacity,
 			CapacityIPv6:  xdp.DefaultCapacity,
@@ -160,8 +181,13 @@ func (cfg *Config) Validate() error {
 	if n := cfg.Handshake.MaxTrackedSockets; n <= 0 || n > 1<<24 {
 		errs = append(errs, fmt.Errorf("handshake.max_tracked_sockets: must be between 1 and %d, got %d", 1<<24, n))
 	}
+	if cfg.Handshake.Required && !cfg.Handshake.Enabled {
+		errs = append(errs, errors.New("handshake.required: the handshake probe cannot be required while handshake.enabled is false"))
+	}
 	if cfg.Streams.Enabled {
 		errs = append(errs, cfg.Streams.validate(cfg.CollectionInterval)...)
+	} else if cfg.Streams.Required {
+		errs = append(errs, errors.New("streams.required: the stream probe cannot be required while streams.enabled is false"))
 	}
 	errs = append(errs, cfg.XDP.validate()...)
 	return errors.Join(errs...)

@@ -54,10 +54,21 @@ func TestLoadConfig(t *testing.T) {
 			want: func() *Config {
 				c := createDefaultConfig()
 				c.XDP = XDPConfig{
-					Interfaces: []string{"eth0", "eth1"}, Mode: "native",
+					Interfaces: []string{"eth0", "eth1"}, Required: true, Mode: "native",
 					Blocklist: []string{"192.0.2.0/24", "2001:db8::/32"}, BlocklistFile: "/etc/tokenwire/blocklist",
 					CapacityIPv4: 1024, CapacityIPv6: 512, WatchInterval: 5 * time.Second,
 				}
+				return c
+			},
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "required"),
+			want: func() *Config {
+				c := createDefaultConfig()
+				c.Handshake.Required = true
+				c.Streams.Required = true
+				c.XDP.Interfaces = []string{"eth0"}
+				c.XDP.Required = false
 				return c
 			},
 		},
@@ -82,6 +93,25 @@ func TestLoadConfig(t *testing.T) {
 
 func TestDefaultConfigIsValid(t *testing.T) {
 	require.NoError(t, confmap.Validate(createDefaultConfig()))
+}
+
+// TestRequiredDefaults: the observability probes are optional by default
+// (one that cannot attach leaves the others running); the XDP filter,
+// once interfaces are named, is required (an enforcement filter must not
+// be silently missing).
+func TestRequiredDefaults(t *testing.T) {
+	cfg := createDefaultConfig()
+	require.False(t, cfg.Handshake.Required, "handshake.required")
+	require.False(t, cfg.Streams.Required, "streams.required")
+	require.True(t, cfg.XDP.Required, "xdp.required")
+	// Required is accepted on an enabled capability, and on XDP with or
+	// without interfaces (it has no effect without them).
+	cfg.Handshake.Required, cfg.Streams.Required = true, true
+	require.NoError(t, confmap.Validate(cfg))
+	cfg.XDP.Interfaces = []string{"eth0"}
+	require.NoError(t, confmap.Validate(cfg))
+	cfg.XDP.Required = false
+	require.NoError(t, confmap.Validate(cfg))
 }
 
 // TestValidateRejectsEveryBadField checks that each invalid value is
@@ -131,6 +161,8 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"negative ipv6 capacity", func(c *Config) { c.XDP.CapacityIPv6 = -1 }, "xdp.capacity_ipv6: must be between 1"},
 		{"zero watch interval", func(c *Config) { c.XDP.WatchInterval = 0 }, "xdp.watch_interval: must be positive"},
 		{"blocklist without interfaces", func(c *Config) { c.XDP.Blocklist = []string{"192.0.2.0/24"} }, "xdp.interfaces: a blocklist is set but no interface"},
+		{"required handshake disabled", func(c *Config) { c.Handshake.Enabled, c.Handshake.Required = false, true }, "handshake.required: the handshake probe cannot be required while handshake.enabled is false"},
+		{"required streams disabled", func(c *Config) { c.Streams.Enabled, c.Streams.Required = false, true }, "streams.required: the stream probe cannot be required while streams.enabled is false"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
