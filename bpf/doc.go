@@ -5,4 +5,4 @@
 // gomod entry) works without clang; `make generate` reproduces them.
 package bpf
 
-//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -target amd64 -type handshake_event -type tw_counter -type tw_role -type tw_handshake_flag Handshake handshake.bpf.c -- -I./headers -I.
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -target amd64 -type handshake_event -type tw_endpoints -type tw_counter -type tw_role -type tw_handshake_flag Handshake handshake.bpf.c -- -I./headers -I.

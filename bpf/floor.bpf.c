@@ -15,9 +15,6 @@ int BPF_PROG(tw_fl_ready) { return 0; }
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(tw_fl_recv) { return 0; }
 
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(tw_fl_peek) { return 0; }
-
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(tw_fl_sent) { return 0; }
 

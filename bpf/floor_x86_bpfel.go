@@ -16,7 +16,6 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FloorProgTwFlPeek  = "tw_fl_peek"
 	FloorProgTwFlReady = "tw_fl_ready"
 	FloorProgTwFlRecv  = "tw_fl_recv"
 	FloorProgTwFlSent  = "tw_fl_sent"
@@ -65,7 +64,6 @@ type FloorSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FloorProgramSpecs struct {
-	TwFlPeek  *ebpf.ProgramSpec `ebpf:"tw_fl_peek"`
 	TwFlReady *ebpf.ProgramSpec `ebpf:"tw_fl_ready"`
 	TwFlRecv  *ebpf.ProgramSpec `ebpf:"tw_fl_recv"`
 	TwFlSent  *ebpf.ProgramSpec `ebpf:"tw_fl_sent"`
@@ -120,7 +118,6 @@ type FloorVariables struct {
 //
 // It can be passed to LoadFloorObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FloorPrograms struct {
-	TwFlPeek  *ebpf.Program `ebpf:"tw_fl_peek"`
 	TwFlReady *ebpf.Program `ebpf:"tw_fl_ready"`
 	TwFlRecv  *ebpf.Program `ebpf:"tw_fl_recv"`
 	TwFlSent  *ebpf.Program `ebpf:"tw_fl_sent"`
@@ -129,7 +126,6 @@ type FloorPrograms struct {
 
 func (p *FloorPrograms) Close() error {
 	return _FloorClose(
-		p.TwFlPeek,
 		p.TwFlReady,
 		p.TwFlRecv,
 		p.TwFlSent,

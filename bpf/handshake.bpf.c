@@ -27,13 +27,10 @@
 #include "bpf_tracing.h"
 #include "bpf_endian.h"
 #include "tokenwire.h"
+#include "common.h"
 #include "ringbuf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-#define AF_INET 2
-#define AF_INET6 10
-#define IPPROTO_TCP 6
 
 /* Set from config before load. In .rodata, so with the filter off the
  * verifier removes the port lookup entirely. */
@@ -81,13 +78,6 @@ const enum tw_counter *unused_tw_counter __attribute__((unused));
 const enum tw_role *unused_tw_role __attribute__((unused));
 const enum tw_handshake_flag *unused_tw_handshake_flag __attribute__((unused));
 
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&tw_hs_counters, &idx);
-	if (v)
-		*v += 1; /* per-CPU slot: no atomics needed */
-}
-
 static __always_inline int port_watched(__u16 port)
 {
 	if (!filter_ports)
@@ -97,45 +87,29 @@ static __always_inline int port_watched(__u16 port)
 	return v && *v;
 }
 
-static __always_inline void fill_endpoints(struct handshake_event *e, const struct sock *sk,
-					   __u16 family)
-{
-	e->family = family;
-	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (family == AF_INET) {
-		bpf_core_read(e->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
-		bpf_core_read(e->daddr, 4, &sk->__sk_common.skc_daddr);
-	} else {
-		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
-		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
-	}
-}
-
 static __always_inline struct handshake_event *reserve(void)
 {
 	struct handshake_event *e = bpf_ringbuf_reserve(&tw_hs_events, sizeof(*e), 0);
 	if (!e) {
-		count(TW_COUNTER_RINGBUF_LOST);
+		count(&tw_hs_counters, TW_COUNTER_RINGBUF_LOST);
 		return NULL;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
 	return e;
 }
 
-static __always_inline void client_done(const struct sock *sk, __u16 family, int newstate,
-					__u64 now)
+static __always_inline void client_done(const struct sock *sk, int newstate, __u64 now)
 {
 	__u64 key = (__u64)sk;
 	struct syn_state *st = bpf_map_lookup_elem(&tw_hs_syn_sent, &key);
 	if (!st) {
 		/* Connected before we attached, or evicted from the LRU. */
-		count(TW_COUNTER_HANDSHAKE_UNTRACKED);
+		count(&tw_hs_counters, TW_COUNTER_HANDSHAKE_UNTRACKED);
 		return;
 	}
 	struct handshake_event *e = reserve();
 	if (e) {
-		fill_endpoints(e, sk, family);
+		fill_endpoints(&e->ep, sk);
 		e->role = TW_ROLE_CLIENT;
 		e->pid = st->pid;
 		e->retransmits = BPF_CORE_READ((const struct tcp_sock *)sk, total_retrans);
@@ -150,7 +124,7 @@ static __always_inline void client_done(const struct sock *sk, __u16 family, int
 	bpf_map_delete_elem(&tw_hs_syn_sent, &key);
 }
 
-static __always_inline void server_done(const struct sock *sk, __u16 family, int newstate)
+static __always_inline void server_done(const struct sock *sk, int newstate)
 {
 	if (!port_watched(BPF_CORE_READ(sk, __sk_common.skc_num)))
 		return;
@@ -158,7 +132,7 @@ static __always_inline void server_done(const struct sock *sk, __u16 family, int
 	if (!e)
 		return;
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	fill_endpoints(e, sk, family);
+	fill_endpoints(&e->ep, sk);
 	e->role = TW_ROLE_SERVER;
 	e->retransmits = BPF_CORE_READ(tp, total_retrans);
 	if (newstate != TCP_ESTABLISHED) {
@@ -205,12 +179,12 @@ static __always_inline int on_state(const struct sock *sk, int oldstate, int new
 		return 0;
 	}
 	if (oldstate == TCP_SYN_SENT) {
-		client_done(sk, family, newstate, bpf_ktime_get_ns());
+		client_done(sk, newstate, bpf_ktime_get_ns());
 		return 0;
 	}
 	/* oldstate == SYN_RECV: a passive open's child socket. */
 	if (newstate == TCP_ESTABLISHED || newstate == TCP_CLOSE)
-		server_done(sk, family, newstate);
+		server_done(sk, newstate);
 	return 0;
 }
 
@@ -221,13 +195,13 @@ int BPF_PROG(tw_hs_fentry, struct sock *sk, int state)
 }
 
 SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(tw_hs_tp_btf, const struct sock *sk, int oldstate, int newstate)
+int BPF_PROG(tw_hs_btf, const struct sock *sk, int oldstate, int newstate)
 {
 	return on_state(sk, oldstate, newstate);
 }
 
 SEC("raw_tracepoint/inet_sock_set_state")
-int tw_hs_raw_tp(struct bpf_raw_tracepoint_args *ctx)
+int tw_hs_raw(struct bpf_raw_tracepoint_args *ctx)
 {
 	return on_state((const struct sock *)ctx->args[0], (int)ctx->args[1], (int)ctx->args[2]);
 }

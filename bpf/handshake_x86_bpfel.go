@@ -18,15 +18,11 @@ type HandshakeHandshakeEvent struct {
 	DurationNs  uint64
 	Pid         uint32
 	Errno       uint32
-	Saddr       [16]uint8
-	Daddr       [16]uint8
-	Sport       uint16
-	Dport       uint16
-	Family      uint16
+	Ep          HandshakeTwEndpoints
 	Role        uint8
 	Flags       uint8
+	Pad         uint16
 	Retransmits uint32
-	Pad         uint32
 }
 
 type HandshakeSynState struct {
@@ -43,6 +39,16 @@ const (
 	HandshakeTwCounterTW_COUNTER_HANDSHAKE_UNTRACKED HandshakeTwCounter = 1
 	HandshakeTwCounterTW_COUNTER_MAX                 HandshakeTwCounter = 2
 )
+
+type HandshakeTwEndpoints struct {
+	_      structs.HostLayout
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+	Sport  uint16
+	Dport  uint16
+	Family uint16
+	Pad    uint16
+}
 
 type HandshakeTwHandshakeFlag uint32
 
@@ -67,11 +73,11 @@ const (
 	HandshakeMapTwHsEvents            = "tw_hs_events"
 	HandshakeMapTwHsPorts             = "tw_hs_ports"
 	HandshakeMapTwHsSynSent           = "tw_hs_syn_sent"
+	HandshakeProgTwHsBtf              = "tw_hs_btf"
 	HandshakeProgTwHsFentry           = "tw_hs_fentry"
 	HandshakeProgTwHsKprobe           = "tw_hs_kprobe"
-	HandshakeProgTwHsRawTp            = "tw_hs_raw_tp"
+	HandshakeProgTwHsRaw              = "tw_hs_raw"
 	HandshakeProgTwHsTp               = "tw_hs_tp"
-	HandshakeProgTwHsTpBtf            = "tw_hs_tp_btf"
 	HandshakeVarFilterPorts           = "filter_ports"
 	HandshakeVarUnusedHandshakeEvent  = "unused_handshake_event"
 	HandshakeVarUnusedTwCounter       = "unused_tw_counter"
@@ -122,11 +128,11 @@ type HandshakeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type HandshakeProgramSpecs struct {
+	TwHsBtf    *ebpf.ProgramSpec `ebpf:"tw_hs_btf"`
 	TwHsFentry *ebpf.ProgramSpec `ebpf:"tw_hs_fentry"`
 	TwHsKprobe *ebpf.ProgramSpec `ebpf:"tw_hs_kprobe"`
-	TwHsRawTp  *ebpf.ProgramSpec `ebpf:"tw_hs_raw_tp"`
+	TwHsRaw    *ebpf.ProgramSpec `ebpf:"tw_hs_raw"`
 	TwHsTp     *ebpf.ProgramSpec `ebpf:"tw_hs_tp"`
-	TwHsTpBtf  *ebpf.ProgramSpec `ebpf:"tw_hs_tp_btf"`
 }
 
 // HandshakeMapSpecs contains maps before they are loaded into the kernel.
@@ -202,20 +208,20 @@ type HandshakeVariables struct {
 //
 // It can be passed to LoadHandshakeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type HandshakePrograms struct {
+	TwHsBtf    *ebpf.Program `ebpf:"tw_hs_btf"`
 	TwHsFentry *ebpf.Program `ebpf:"tw_hs_fentry"`
 	TwHsKprobe *ebpf.Program `ebpf:"tw_hs_kprobe"`
-	TwHsRawTp  *ebpf.Program `ebpf:"tw_hs_raw_tp"`
+	TwHsRaw    *ebpf.Program `ebpf:"tw_hs_raw"`
 	TwHsTp     *ebpf.Program `ebpf:"tw_hs_tp"`
-	TwHsTpBtf  *ebpf.Program `ebpf:"tw_hs_tp_btf"`
 }
 
 func (p *HandshakePrograms) Close() error {
 	return _HandshakeClose(
+		p.TwHsBtf,
 		p.TwHsFentry,
 		p.TwHsKprobe,
-		p.TwHsRawTp,
+		p.TwHsRaw,
 		p.TwHsTp,
-		p.TwHsTpBtf,
 	)
 }
 

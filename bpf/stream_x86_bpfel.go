@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type StreamPendingCall struct {
+	_     structs.HostLayout
+	Sk    uint64
+	Flags uint32
+	Pad   uint32
+}
+
 type StreamStreamKey struct {
 	_      structs.HostLayout
 	Sock   uint64
@@ -44,11 +51,10 @@ type StreamStreamState struct {
 	GapMaxNs     uint64
 	Chunks       uint32
 	State        uint8
-	InWrite      uint8
-	WriteFlags   uint8
 	RespFlags    uint8
-	WriteLen     uint32
+	Pad          uint16
 	Seq          uint32
+	Pad2         uint32
 	GapCounts    [17]uint32
 	_            [4]byte
 	ReqTs        uint64
@@ -75,12 +81,7 @@ type StreamStreamStats struct {
 	Pid          uint32
 	GapCounts    [17]uint32
 	HeadBytes    uint32
-	Saddr        [16]uint8
-	Daddr        [16]uint8
-	Sport        uint16
-	Dport        uint16
-	Family       uint16
-	Pad2         uint16
+	Ep           StreamTwEndpoints
 }
 
 type StreamTwEndReason uint32
@@ -94,6 +95,16 @@ const (
 	StreamTwEndReasonTW_END_IDLE          StreamTwEndReason = 6
 	StreamTwEndReasonTW_END_NO_RESPONSE   StreamTwEndReason = 7
 )
+
+type StreamTwEndpoints struct {
+	_      structs.HostLayout
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+	Sport  uint16
+	Dport  uint16
+	Family uint16
+	Pad    uint16
+}
 
 type StreamTwResponseFlag uint32
 
@@ -132,20 +143,33 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	StreamMapTwStCalls             = "tw_st_calls"
 	StreamMapTwStCounters          = "tw_st_counters"
 	StreamMapTwStEvents            = "tw_st_events"
 	StreamMapTwStPorts             = "tw_st_ports"
 	StreamMapTwStSocks             = "tw_st_socks"
-	StreamProgTwStPeekBtf          = "tw_st_peek_btf"
-	StreamProgTwStPeekRaw          = "tw_st_peek_raw"
 	StreamProgTwStReadyBtf         = "tw_st_ready_btf"
+	StreamProgTwStReadyFe          = "tw_st_ready_fe"
+	StreamProgTwStReadyKp          = "tw_st_ready_kp"
 	StreamProgTwStReadyRaw         = "tw_st_ready_raw"
 	StreamProgTwStReadyTp          = "tw_st_ready_tp"
 	StreamProgTwStRecvBtf          = "tw_st_recv_btf"
+	StreamProgTwStRecvFx4          = "tw_st_recv_fx4"
+	StreamProgTwStRecvFx5          = "tw_st_recv_fx5"
+	StreamProgTwStRecvFx6          = "tw_st_recv_fx6"
+	StreamProgTwStRecvKp           = "tw_st_recv_kp"
+	StreamProgTwStRecvKrp          = "tw_st_recv_krp"
+	StreamProgTwStRecvRaw          = "tw_st_recv_raw"
+	StreamProgTwStRecvTp           = "tw_st_recv_tp"
 	StreamProgTwStSentBtf          = "tw_st_sent_btf"
+	StreamProgTwStSentFx           = "tw_st_sent_fx"
+	StreamProgTwStSentKp           = "tw_st_sent_kp"
+	StreamProgTwStSentKrp          = "tw_st_sent_krp"
 	StreamProgTwStSentRaw          = "tw_st_sent_raw"
 	StreamProgTwStSentTp           = "tw_st_sent_tp"
 	StreamProgTwStStateBtf         = "tw_st_state_btf"
+	StreamProgTwStStateFe          = "tw_st_state_fe"
+	StreamProgTwStStateKp          = "tw_st_state_kp"
 	StreamProgTwStStateRaw         = "tw_st_state_raw"
 	StreamProgTwStStateTp          = "tw_st_state_tp"
 	StreamVarChunkRecords          = "chunk_records"
@@ -154,6 +178,9 @@ const (
 	StreamVarGapBoundsNs           = "gap_bounds_ns"
 	StreamVarN_watchPorts          = "n_watch_ports"
 	StreamVarPortsInMap            = "ports_in_map"
+	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
+	StreamVarRegsFromBtf           = "regs_from_btf"
+	StreamVarStackRegsOffset       = "stack_regs_offset"
 	StreamVarUnusedStreamPayload   = "unused_stream_payload"
 	StreamVarUnusedStreamStats     = "unused_stream_stats"
 	StreamVarUnusedTwEndReason     = "unused_tw_end_reason"
@@ -207,16 +234,28 @@ type StreamSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type StreamProgramSpecs struct {
-	TwStPeekBtf  *ebpf.ProgramSpec `ebpf:"tw_st_peek_btf"`
-	TwStPeekRaw  *ebpf.ProgramSpec `ebpf:"tw_st_peek_raw"`
 	TwStReadyBtf *ebpf.ProgramSpec `ebpf:"tw_st_ready_btf"`
+	TwStReadyFe  *ebpf.ProgramSpec `ebpf:"tw_st_ready_fe"`
+	TwStReadyKp  *ebpf.ProgramSpec `ebpf:"tw_st_ready_kp"`
 	TwStReadyRaw *ebpf.ProgramSpec `ebpf:"tw_st_ready_raw"`
 	TwStReadyTp  *ebpf.ProgramSpec `ebpf:"tw_st_ready_tp"`
 	TwStRecvBtf  *ebpf.ProgramSpec `ebpf:"tw_st_recv_btf"`
+	TwStRecvFx4  *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx4"`
+	TwStRecvFx5  *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx5"`
+	TwStRecvFx6  *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx6"`
+	TwStRecvKp   *ebpf.ProgramSpec `ebpf:"tw_st_recv_kp"`
+	TwStRecvKrp  *ebpf.ProgramSpec `ebpf:"tw_st_recv_krp"`
+	TwStRecvRaw  *ebpf.ProgramSpec `ebpf:"tw_st_recv_raw"`
+	TwStRecvTp   *ebpf.ProgramSpec `ebpf:"tw_st_recv_tp"`
 	TwStSentBtf  *ebpf.ProgramSpec `ebpf:"tw_st_sent_btf"`
+	TwStSentFx   *ebpf.ProgramSpec `ebpf:"tw_st_sent_fx"`
+	TwStSentKp   *ebpf.ProgramSpec `ebpf:"tw_st_sent_kp"`
+	TwStSentKrp  *ebpf.ProgramSpec `ebpf:"tw_st_sent_krp"`
 	TwStSentRaw  *ebpf.ProgramSpec `ebpf:"tw_st_sent_raw"`
 	TwStSentTp   *ebpf.ProgramSpec `ebpf:"tw_st_sent_tp"`
 	TwStStateBtf *ebpf.ProgramSpec `ebpf:"tw_st_state_btf"`
+	TwStStateFe  *ebpf.ProgramSpec `ebpf:"tw_st_state_fe"`
+	TwStStateKp  *ebpf.ProgramSpec `ebpf:"tw_st_state_kp"`
 	TwStStateRaw *ebpf.ProgramSpec `ebpf:"tw_st_state_raw"`
 	TwStStateTp  *ebpf.ProgramSpec `ebpf:"tw_st_state_tp"`
 }
@@ -225,6 +264,7 @@ type StreamProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type StreamMapSpecs struct {
+	TwStCalls    *ebpf.MapSpec `ebpf:"tw_st_calls"`
 	TwStCounters *ebpf.MapSpec `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.MapSpec `ebpf:"tw_st_events"`
 	TwStPorts    *ebpf.MapSpec `ebpf:"tw_st_ports"`
@@ -241,6 +281,9 @@ type StreamVariableSpecs struct {
 	GapBoundsNs           *ebpf.VariableSpec `ebpf:"gap_bounds_ns"`
 	N_watchPorts          *ebpf.VariableSpec `ebpf:"n_watch_ports"`
 	PortsInMap            *ebpf.VariableSpec `ebpf:"ports_in_map"`
+	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
+	RegsFromBtf           *ebpf.VariableSpec `ebpf:"regs_from_btf"`
+	StackRegsOffset       *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
 	UnusedStreamPayload   *ebpf.VariableSpec `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.VariableSpec `ebpf:"unused_stream_stats"`
 	UnusedTwEndReason     *ebpf.VariableSpec `ebpf:"unused_tw_end_reason"`
@@ -272,6 +315,7 @@ func (o *StreamObjects) Close() error {
 //
 // It can be passed to LoadStreamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type StreamMaps struct {
+	TwStCalls    *ebpf.Map `ebpf:"tw_st_calls"`
 	TwStCounters *ebpf.Map `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.Map `ebpf:"tw_st_events"`
 	TwStPorts    *ebpf.Map `ebpf:"tw_st_ports"`
@@ -280,6 +324,7 @@ type StreamMaps struct {
 
 func (m *StreamMaps) Close() error {
 	return _StreamClose(
+		m.TwStCalls,
 		m.TwStCounters,
 		m.TwStEvents,
 		m.TwStPorts,
@@ -297,6 +342,9 @@ type StreamVariables struct {
 	GapBoundsNs           *ebpf.Variable `ebpf:"gap_bounds_ns"`
 	N_watchPorts          *ebpf.Variable `ebpf:"n_watch_ports"`
 	PortsInMap            *ebpf.Variable `ebpf:"ports_in_map"`
+	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`
+	RegsFromBtf           *ebpf.Variable `ebpf:"regs_from_btf"`
+	StackRegsOffset       *ebpf.Variable `ebpf:"stack_regs_offset"`
 	UnusedStreamPayload   *ebpf.Variable `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.Variable `ebpf:"unused_stream_stats"`
 	UnusedTwEndReason     *ebpf.Variable `ebpf:"unused_tw_end_reason"`
@@ -312,32 +360,56 @@ type StreamVariables struct {
 //
 // It can be passed to LoadStreamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type StreamPrograms struct {
-	TwStPeekBtf  *ebpf.Program `ebpf:"tw_st_peek_btf"`
-	TwStPeekRaw  *ebpf.Program `ebpf:"tw_st_peek_raw"`
 	TwStReadyBtf *ebpf.Program `ebpf:"tw_st_ready_btf"`
+	TwStReadyFe  *ebpf.Program `ebpf:"tw_st_ready_fe"`
+	TwStReadyKp  *ebpf.Program `ebpf:"tw_st_ready_kp"`
 	TwStReadyRaw *ebpf.Program `ebpf:"tw_st_ready_raw"`
 	TwStReadyTp  *ebpf.Program `ebpf:"tw_st_ready_tp"`
 	TwStRecvBtf  *ebpf.Program `ebpf:"tw_st_recv_btf"`
+	TwStRecvFx4  *ebpf.Program `ebpf:"tw_st_recv_fx4"`
+	TwStRecvFx5  *ebpf.Program `ebpf:"tw_st_recv_fx5"`
+	TwStRecvFx6  *ebpf.Program `ebpf:"tw_st_recv_fx6"`
+	TwStRecvKp   *ebpf.Program `ebpf:"tw_st_recv_kp"`
+	TwStRecvKrp  *ebpf.Program `ebpf:"tw_st_recv_krp"`
+	TwStRecvRaw  *ebpf.Program `ebpf:"tw_st_recv_raw"`
+	TwStRecvTp   *ebpf.Program `ebpf:"tw_st_recv_tp"`
 	TwStSentBtf  *ebpf.Program `ebpf:"tw_st_sent_btf"`
+	TwStSentFx   *ebpf.Program `ebpf:"tw_st_sent_fx"`
+	TwStSentKp   *ebpf.Program `ebpf:"tw_st_sent_kp"`
+	TwStSentKrp  *ebpf.Program `ebpf:"tw_st_sent_krp"`
 	TwStSentRaw  *ebpf.Program `ebpf:"tw_st_sent_raw"`
 	TwStSentTp   *ebpf.Program `ebpf:"tw_st_sent_tp"`
 	TwStStateBtf *ebpf.Program `ebpf:"tw_st_state_btf"`
+	TwStStateFe  *ebpf.Program `ebpf:"tw_st_state_fe"`
+	TwStStateKp  *ebpf.Program `ebpf:"tw_st_state_kp"`
 	TwStStateRaw *ebpf.Program `ebpf:"tw_st_state_raw"`
 	TwStStateTp  *ebpf.Program `ebpf:"tw_st_state_tp"`
 }
 
 func (p *StreamPrograms) Close() error {
 	return _StreamClose(
-		p.TwStPeekBtf,
-		p.TwStPeekRaw,
 		p.TwStReadyBtf,
+		p.TwStReadyFe,
+		p.TwStReadyKp,
 		p.TwStReadyRaw,
 		p.TwStReadyTp,
 		p.TwStRecvBtf,
+		p.TwStRecvFx4,
+		p.TwStRecvFx5,
+		p.TwStRecvFx6,
+		p.TwStRecvKp,
+		p.TwStRecvKrp,
+		p.TwStRecvRaw,
+		p.TwStRecvTp,
 		p.TwStSentBtf,
+		p.TwStSentFx,
+		p.TwStSentKp,
+		p.TwStSentKrp,
 		p.TwStSentRaw,
 		p.TwStSentTp,
 		p.TwStStateBtf,
+		p.TwStStateFe,
+		p.TwStStateKp,
 		p.TwStStateRaw,
 		p.TwStStateTp,
 	)

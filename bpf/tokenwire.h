@@ -8,6 +8,17 @@
 #ifndef TOKENWIRE_H
 #define TOKENWIRE_H
 
+/* A TCP connection's endpoints, as every record that names one carries
+ * them. Ports in host order; an IPv4 address sits in the first 4 bytes. */
+struct tw_endpoints {
+	__u8 saddr[16];    /* local address */
+	__u8 daddr[16];    /* remote address */
+	__u16 sport;       /* local port */
+	__u16 dport;       /* remote port */
+	__u16 family;      /* AF_INET or AF_INET6 */
+	__u16 _pad;
+};
+
 /* Role of the local socket in a TCP handshake. */
 enum tw_role {
 	TW_ROLE_CLIENT = 1, /* connect(): SYN sent -> ESTABLISHED */
@@ -32,15 +43,11 @@ struct handshake_event {
 	__u64 duration_ns; /* 0 when failed or unknown */
 	__u32 pid;         /* tgid of connect() caller (client role only) */
 	__u32 errno_;      /* socket error of a failed handshake */
-	__u8 saddr[16];    /* local address; IPv4 in the first 4 bytes */
-	__u8 daddr[16];    /* remote address */
-	__u16 sport;       /* local port, host order */
-	__u16 dport;       /* remote port, host order */
-	__u16 family;      /* AF_INET or AF_INET6 */
+	struct tw_endpoints ep;
 	__u8 role;         /* enum tw_role */
 	__u8 flags;        /* enum tw_handshake_flag */
+	__u16 _pad;
 	__u32 retransmits; /* SYN (client) or SYN-ACK (server) retransmits */
-	__u32 _pad;
 };
 
 /* Indexes of the per-CPU counter array shared by every program. */
@@ -127,12 +134,7 @@ struct stream_stats {
 	/* http mode: bytes of the first write (status line, headers and maybe
 	 * the first body bytes; user space splits them, see stream.Stats). */
 	__u32 head_bytes;
-	__u8 saddr[16];       /* server (local) address */
-	__u8 daddr[16];       /* client address */
-	__u16 sport;          /* server port, host order */
-	__u16 dport;          /* client port, host order */
-	__u16 family;
-	__u16 _pad2;
+	struct tw_endpoints ep; /* local: the server */
 };
 
 enum tw_stream_counter {

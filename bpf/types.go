@@ -1,3 +1,5 @@
+//go:build linux && amd64
+
 package bpf
 
 // HandshakeEvent is the record the handshake programs write to their ring

@@ -1,3 +1,5 @@
+//go:build linux && amd64
+
 package bpf
 
 // XDP filter layouts and constants (the "XDP filter" section of

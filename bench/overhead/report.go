@@ -324,11 +324,10 @@ func bpfByProgram(b *strings.Builder, rows []row) {
 // progRole says where each of tokenwire's programs runs during the bench.
 var progRole = map[string]string{
 	"tw_st_sent_btf":  "sock_send_length: every socket send on the host; the server's chunk writes do the work",
-	"tw_st_peek_btf":  "tcp_sendmsg_locked (fallback peek, not attached where tp_btf works)",
 	"tw_st_ready_btf": "sk_data_ready: data arriving on any socket; per chunk the load generator's socket, in the server's send path (loopback softirq)",
 	"tw_st_recv_btf":  "sock_recv_length: every socket read on the host; per chunk the load generator's reads",
 	"tw_st_state_btf": "inet_sock_set_state: TCP state changes (per stream)",
-	"tw_hs_tp_btf":    "inet_sock_set_state: TCP state changes, handshake probe (per connection)",
+	"tw_hs_btf":       "inet_sock_set_state: TCP state changes, handshake probe (per connection)",
 }
 
 // writeVariants says what each variant runs and exports, with the

@@ -60,10 +60,10 @@ static __always_inline void fill_stats(struct stream_stats *r, __u64 now, __u32 
 	r->chunks = last ? 100 : 50;
 	r->pid = bench_pid;
 	r->gap_counts[3] = last ? 50 : 49;
-	r->saddr[0] = 127; r->saddr[3] = 1;
-	r->daddr[0] = 127; r->daddr[3] = 1;
-	r->sport = 8000;
-	r->family = 2; /* AF_INET */
+	r->ep.saddr[0] = 127; r->ep.saddr[3] = 1;
+	r->ep.daddr[0] = 127; r->ep.daddr[3] = 1;
+	r->ep.sport = 8000;
+	r->ep.family = 2; /* AF_INET */
 }
 
 static __always_inline int end_only(__u64 n)
@@ -81,7 +81,7 @@ static __always_inline int end_only(__u64 n)
 	r->id.reason = TW_END_TERMINATOR;
 	fill_stats(r, now, 1);
 	r->head_bytes = 120;
-	r->dport = 40000 + (n & 0x3ff);
+	r->ep.dport = 40000 + (n & 0x3ff);
 	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 	return TC_ACT_OK;
 }
@@ -137,7 +137,7 @@ static __always_inline int whole(__u64 n)
 	r->id.reason = phase == 2 ? 0 : TW_END_TERMINATOR;
 	fill_stats(r, bpf_ktime_get_ns(), phase == 3);
 	r->head_bytes = resp_len;
-	r->dport = 40000 + (slot & 0x3ff);
+	r->ep.dport = 40000 + (slot & 0x3ff);
 	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 	return TC_ACT_OK;
 }

@@ -303,14 +303,19 @@ func cost(addr string, port uint16, report *strings.Builder) error {
 			return err
 		}
 		var roundNS float64
-		for name, p := range tr.Programs() {
-			s, err := p.Stats()
-			if err != nil {
-				tr.Close()
-				return err
+		for name, progs := range tr.Programs() {
+			var sm sample
+			for _, p := range progs {
+				s, err := p.Stats()
+				if err != nil {
+					tr.Close()
+					return err
+				}
+				sm.ns += float64(s.Runtime.Nanoseconds())
+				sm.runs += float64(s.RunCount)
 			}
-			real[name] = append(real[name], sample{float64(s.Runtime.Nanoseconds()), float64(s.RunCount)})
-			roundNS += float64(s.Runtime.Nanoseconds())
+			real[name] = append(real[name], sm)
+			roundNS += sm.ns
 		}
 		tr.Close()
 		<-drained
@@ -325,7 +330,7 @@ func cost(addr string, port uint16, report *strings.Builder) error {
 		}
 		progs := map[string]*ebpf.Program{
 			"sk_data_ready": objs.TwFlReady, "sock_recv_length": objs.TwFlRecv,
-			"tcp_sendmsg_locked": objs.TwFlPeek, "sock_send_length": objs.TwFlSent, "inet_sock_set_state": objs.TwFlState,
+			"sock_send_length": objs.TwFlSent, "inet_sock_set_state": objs.TwFlState,
 		}
 		var links []link.Link
 		for name, p := range progs {

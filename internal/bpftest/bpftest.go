@@ -4,6 +4,8 @@ package bpftest
 import (
 	"os"
 	"testing"
+
+	"github.com/cilium/ebpf/rlimit"
 )
 
 // RequireEnv names the environment variable that turns "BPF unavailable"
@@ -24,6 +26,12 @@ func Require(tb testing.TB) {
 		}
 	}
 	if why == "" {
+		// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK, as the
+		// receiver's Start knows; tests that open tracers directly must
+		// lift it too.
+		if err := rlimit.RemoveMemlock(); err != nil {
+			tb.Fatalf("raising RLIMIT_MEMLOCK: %v", err)
+		}
 		return
 	}
 	if os.Getenv(RequireEnv) != "" {

@@ -18,21 +18,21 @@ func encode(e bpf.HandshakeEvent) []byte {
 
 func TestDecode(t *testing.T) {
 	if recordSize != 64 {
-		t.Fatalf("struct handshake_event is %d bytes; Decode's offsets assume 64", recordSize)
+		t.Fatalf("struct handshake_event is %d bytes, want 64", recordSize)
 	}
 	ok := bpf.HandshakeEvent{
-		DurationNs: 1234567, Pid: 42, Sport: 40000, Dport: 8000, Family: syscall.AF_INET,
+		DurationNs: 1234567, Pid: 42, Ep: bpf.HandshakeTwEndpoints{Sport: 40000, Dport: 8000, Family: syscall.AF_INET},
 		Role: bpf.RoleClient, Retransmits: 1,
 	}
-	copy(ok.Saddr[:], []byte{192, 0, 2, 1})
-	copy(ok.Daddr[:], []byte{192, 0, 2, 2})
+	copy(ok.Ep.Saddr[:], []byte{192, 0, 2, 1})
+	copy(ok.Ep.Daddr[:], []byte{192, 0, 2, 2})
 
 	v6 := bpf.HandshakeEvent{
-		DurationNs: 5000, Sport: 8000, Dport: 50000, Family: syscall.AF_INET6,
+		DurationNs: 5000, Ep: bpf.HandshakeTwEndpoints{Sport: 8000, Dport: 50000, Family: syscall.AF_INET6},
 		Role: bpf.RoleServer, Flags: bpf.HandshakeSynackRetransmitted,
 	}
-	copy(v6.Saddr[:], netip.MustParseAddr("2001:db8::1").AsSlice())
-	copy(v6.Daddr[:], netip.MustParseAddr("2001:db8::2").AsSlice())
+	copy(v6.Ep.Saddr[:], netip.MustParseAddr("2001:db8::1").AsSlice())
+	copy(v6.Ep.Daddr[:], netip.MustParseAddr("2001:db8::2").AsSlice())
 
 	failed := ok
 	failed.DurationNs, failed.Flags, failed.Errno = 0, bpf.HandshakeFailed, uint32(syscall.ECONNREFUSED)
@@ -78,7 +78,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodeAllocatesNothing(t *testing.T) {
-	raw := encode(bpf.HandshakeEvent{DurationNs: 1, Family: syscall.AF_INET6, Role: bpf.RoleServer})
+	raw := encode(bpf.HandshakeEvent{DurationNs: 1, Ep: bpf.HandshakeTwEndpoints{Family: syscall.AF_INET6}, Role: bpf.RoleServer})
 	var ev Event
 	if n := testing.AllocsPerRun(1000, func() { _ = Decode(raw, &ev) }); n != 0 {
 		t.Fatalf("Decode allocates %v times per record, want 0", n)
@@ -86,7 +86,7 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 }
 
 func BenchmarkDecode(b *testing.B) {
-	raw := encode(bpf.HandshakeEvent{DurationNs: 1, Family: syscall.AF_INET6, Role: bpf.RoleServer})
+	raw := encode(bpf.HandshakeEvent{DurationNs: 1, Ep: bpf.HandshakeTwEndpoints{Family: syscall.AF_INET6}, Role: bpf.RoleServer})
 	var ev Event
 	b.ReportAllocs()
 	for b.Loop() {

@@ -6,7 +6,6 @@
 package handshake
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -153,13 +152,7 @@ func (t *Tracer) open(cfg Config) (err error) {
 		"tw_hs_events":   t.maps.TwHsEvents,
 		"tw_hs_counters": t.maps.TwHsCounters,
 	}
-	t.choice, err = probe.Choose(spec, maps, cfg.HookOrder, []probe.Variant{
-		{Kind: hook.Fentry, Program: "tw_hs_fentry", Attach: probe.Tracing()},
-		{Kind: hook.TPBTF, Program: "tw_hs_tp_btf", Attach: probe.Tracing()},
-		{Kind: hook.RawTracepoint, Program: "tw_hs_raw_tp", Attach: probe.RawTracepoint(tracepointName)},
-		{Kind: hook.Tracepoint, Program: "tw_hs_tp", Attach: probe.Tracepoint(tracepointGroup, tracepointName)},
-		{Kind: hook.Kprobe, Program: "tw_hs_kprobe", Attach: probe.Kprobe(kernelFunc)},
-	})
+	t.choice, err = probe.Choose(spec, maps, cfg.HookOrder, Variants())
 	if err != nil {
 		return fmt.Errorf("attaching the handshake probe: %w", err)
 	}
@@ -168,6 +161,17 @@ func (t *Tracer) open(cfg Config) (err error) {
 		return fmt.Errorf("opening the handshake ring buffer: %w", err)
 	}
 	return nil
+}
+
+// HookPoint names the kernel event the handshake probe attaches to.
+const HookPoint = tracepointName
+
+// Variants lists the handshake probe's programs, one per hook type.
+func Variants() []probe.Variant {
+	return append([]probe.Variant{
+		probe.One(hook.Fentry, "tw_hs_fentry", probe.Tracing()),
+		probe.One(hook.Kprobe, "tw_hs_kprobe", probe.Kprobe(kernelFunc)),
+	}, probe.Tracepoints("tw_hs", tracepointGroup, tracepointName)...)
 }
 
 // Hook reports the chosen hook type and the ones refused before it.
@@ -202,31 +206,21 @@ func Decode(raw []byte, ev *Event) error {
 	if len(raw) < recordSize {
 		return fmt.Errorf("handshake record of %d bytes, want %d", len(raw), recordSize)
 	}
-	ne := binary.NativeEndian
+	r := (*bpf.HandshakeEvent)(unsafe.Pointer(&raw[0]))
 	*ev = Event{
-		Role:        Role(raw[54]),
-		PID:         ne.Uint32(raw[8:]),
-		Errno:       syscall.Errno(ne.Uint32(raw[12:])),
-		Retransmits: ne.Uint32(raw[56:]),
+		Role:        Role(r.Role),
+		PID:         r.Pid,
+		Errno:       syscall.Errno(r.Errno),
+		Retransmits: r.Retransmits,
 	}
-	flags := raw[55]
-	ev.Failed = flags&bpf.HandshakeFailed != 0
-	ev.SynackRetransmitted = flags&bpf.HandshakeSynackRetransmitted != 0
-	ev.HasDuration = !ev.Failed && flags&bpf.HandshakeNoDuration == 0
+	ev.Failed = r.Flags&bpf.HandshakeFailed != 0
+	ev.SynackRetransmitted = r.Flags&bpf.HandshakeSynackRetransmitted != 0
+	ev.HasDuration = !ev.Failed && r.Flags&bpf.HandshakeNoDuration == 0
 	if ev.HasDuration {
-		ev.Duration = time.Duration(ne.Uint64(raw[0:]))
+		ev.Duration = time.Duration(r.DurationNs)
 	}
-	sport, dport, family := ne.Uint16(raw[48:]), ne.Uint16(raw[50:]), ne.Uint16(raw[52:])
-	ev.Local = netip.AddrPortFrom(addr(family, raw[16:32]), sport)
-	ev.Remote = netip.AddrPortFrom(addr(family, raw[32:48]), dport)
+	ev.Local, ev.Remote = probe.Endpoints(r.Ep.Family, &r.Ep.Saddr, &r.Ep.Daddr, r.Ep.Sport, r.Ep.Dport)
 	return nil
-}
-
-func addr(family uint16, b []byte) netip.Addr {
-	if family == syscall.AF_INET {
-		return netip.AddrFrom4([4]byte(b[:4]))
-	}
-	return netip.AddrFrom16([16]byte(b[:16]))
 }
 
 // Counters sums the kernel's per-CPU counters.

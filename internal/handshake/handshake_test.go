@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -367,11 +368,14 @@ func TestUnansweredSynsLeaveNoState(t *testing.T) {
 	}
 }
 
-// TestEveryHookTypeOrAClearRefusal attaches each hook type on its own. The
-// ones the kernel accepts must see real handshakes; the ones it refuses
-// must say which hook type failed and why.
+// TestEveryHookTypeOrAClearRefusal attaches each hook type on its own. A
+// type the kernel is expected to accept (bpftest.ExpectedHooks) must
+// attach where the kernel has its target and see real handshakes; one it
+// refuses must say which hook type failed and why.
 func TestEveryHookTypeOrAClearRefusal(t *testing.T) {
 	bpftest.RequireTracefs(t)
+	expected := bpftest.ExpectedHooks(t)
+	target := bpftest.Target{Group: tracepointGroup, Tracepoint: tracepointName, Function: kernelFunc}
 	for _, k := range hook.DefaultOrder {
 		t.Run(string(k), func(t *testing.T) {
 			ln, port := listen(t, "tcp4", "127.0.0.1:0")
@@ -380,15 +384,17 @@ func TestEveryHookTypeOrAClearRefusal(t *testing.T) {
 			cfg.HookOrder = []hook.Kind{k}
 			tr, err := Open(cfg)
 			if err != nil {
+				bpftest.LogHookMatrix(t, "handshake", HookPoint, k, hook.Choice{Refused: []hook.Attempt{{Kind: k, Err: err}}})
 				if !strings.Contains(err.Error(), string(k)+":") {
 					t.Fatalf("refusal does not name the hook type: %v", err)
 				}
-				t.Logf("refused here: %v", err)
-				if k == hook.TPBTF || k == hook.RawTracepoint || k == hook.Tracepoint {
-					t.Fatalf("%s must work on this kernel (KERNEL.md)", k)
+				if slices.Contains(expected, k) && bpftest.KernelHas(t, k, target) {
+					t.Fatalf("%s must attach on this kernel: %v", k, err)
 				}
+				t.Logf("refused here: %v", err)
 				return
 			}
+			bpftest.LogHookMatrix(t, "handshake", HookPoint, k, tr.Hook())
 			if got := tr.Hook().Kind; got != k {
 				t.Fatalf("attached %s, want %s", got, k)
 			}
@@ -451,4 +457,16 @@ func TestHandshakeAcrossNamespaces(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestHooksInUse logs what attached with the tests' hook order, for the
+// kernel matrix (see bpftest.HookOrderEnv).
+func TestHooksInUse(t *testing.T) {
+	bpftest.Require(t)
+	tr, err := Open(defaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	bpftest.LogHooks(t, "handshake", HookPoint, tr.Hook())
 }

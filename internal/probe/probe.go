@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -26,11 +28,52 @@ import (
 // AttachFunc attaches a loaded program.
 type AttachFunc func(*ebpf.Program) (link.Link, error)
 
-// Variant is one program of a hook point and how to attach it.
-type Variant struct {
-	Kind    hook.Kind
+// Part is one program of a variant and how to attach it.
+type Part struct {
 	Program string // program name in the collection
 	Attach  AttachFunc
+}
+
+// Variant is how a hook point attaches with one hook type: usually one
+// program, two for a kprobe whose return is needed too (the entry
+// remembers the arguments for the kretprobe).
+type Variant struct {
+	Kind  hook.Kind
+	Parts []Part
+	// Check, when set, runs before loading: an error says why this kernel
+	// cannot have the variant, in words clearer than the loader's, and
+	// Choose reports it as the refusal.
+	Check func() error
+}
+
+// One is a variant of a single program.
+func One(kind hook.Kind, program string, attach AttachFunc) Variant {
+	return Variant{Kind: kind, Parts: []Part{{program, attach}}}
+}
+
+// Tracepoints are the three tracepoint variants of a hook point: tp_btf,
+// raw_tracepoint and classic tracepoint programs named prefix+"_btf",
+// "_raw" and "_tp", on the tracepoint group:name.
+func Tracepoints(prefix, group, name string) []Variant {
+	exists := func() error { return tracepointExists(group, name) }
+	return []Variant{
+		{Kind: hook.TPBTF, Parts: []Part{{prefix + "_btf", Tracing()}}, Check: exists},
+		{Kind: hook.RawTracepoint, Parts: []Part{{prefix + "_raw", RawTracepoint(name)}}, Check: exists},
+		{Kind: hook.Tracepoint, Parts: []Part{{prefix + "_tp", Tracepoint(group, name)}}, Check: exists},
+	}
+}
+
+// tracepointExists looks for the tracepoint's type in the kernel's BTF.
+func tracepointExists(group, name string) error {
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil // let the loader say what is wrong
+	}
+	var td *btf.Typedef
+	if err := kernel.TypeByName("btf_trace_"+name, &td); errors.Is(err, btf.ErrNotFound) {
+		return fmt.Errorf("this kernel has no tracepoint %s:%s", group, name)
+	}
+	return nil
 }
 
 // Tracing attaches fentry, fexit and tp_btf programs (the target is in the
@@ -62,32 +105,86 @@ func Kprobe(symbol string) AttachFunc {
 	}
 }
 
+// kretprobeMaxActive is how many calls of one function a kretprobe follows
+// at once. The kernel's default (about twice the CPUs) misses the returns
+// of calls beyond it, such as reads blocked on idle connections.
+const kretprobeMaxActive = 4096
+
+// Kretprobe attaches to the return of the kernel function symbol. It asks
+// for kretprobeMaxActive instances, which needs tracefs; without it the
+// kernel's default applies.
+func Kretprobe(symbol string) AttachFunc {
+	return func(p *ebpf.Program) (link.Link, error) {
+		l, err := link.Kretprobe(symbol, p, &link.KprobeOptions{
+			RetprobeMaxActive: kretprobeMaxActive, TraceFSPrefix: "tokenwire"})
+		if err == nil {
+			return l, nil
+		}
+		return link.Kretprobe(symbol, p, nil)
+	}
+}
+
 // Choose attaches the first variant, in order, that loads and attaches.
 // maps replaces every map the programs use, so all variants share state.
 func Choose(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, order []hook.Kind, variants []Variant) (hook.Choice, error) {
 	attaches := make(map[hook.Kind]hook.Attach, len(variants))
 	for _, v := range variants {
 		attaches[v.Kind] = func() (io.Closer, error) {
-			return LoadAndAttach(spec, maps, v.Program, v.Attach)
+			if v.Check != nil {
+				if err := v.Check(); err != nil {
+					return nil, err
+				}
+			}
+			return LoadAndAttach(spec, maps, v.Parts)
 		}
 	}
 	return hook.Choose(order, attaches)
 }
 
-// Attached is a loaded program and its link; Close detaches, then unloads.
+// Attached is the loaded programs of a variant and their links; Close
+// detaches, then unloads.
 type Attached struct {
-	Program *ebpf.Program
-	Link    link.Link
+	Programs []*ebpf.Program
+	Links    []link.Link
 }
 
-// Close detaches and unloads.
+// Close detaches and unloads, last attached first.
 func (a *Attached) Close() error {
-	return errors.Join(a.Link.Close(), a.Program.Close())
+	var errs []error
+	for i := len(a.Links) - 1; i >= 0; i-- {
+		errs = append(errs, a.Links[i].Close())
+	}
+	for _, p := range a.Programs {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
 }
 
-// LoadAndAttach loads the program named progName from spec, with maps
-// replacing the collection's maps, and attaches it.
-func LoadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string, attach AttachFunc) (*Attached, error) {
+// LoadAndAttach loads and attaches each part in turn, every program from
+// spec with maps replacing the collection's maps. On error nothing stays
+// attached or loaded.
+func LoadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, parts []Part) (*Attached, error) {
+	a := &Attached{}
+	for _, part := range parts {
+		prog, err := load(spec, maps, part.Program)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		a.Programs = append(a.Programs, prog)
+		l, err := part.Attach(prog)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("attach %s: %w", part.Program, err)
+		}
+		a.Links = append(a.Links, l)
+	}
+	return a, nil
+}
+
+// load loads the program named progName from spec, alone, with maps
+// replacing the collection's maps.
+func load(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string) (*ebpf.Program, error) {
 	ps, ok := spec.Programs[progName]
 	if !ok {
 		return nil, fmt.Errorf("no program %q in the collection", progName)
@@ -104,14 +201,24 @@ func LoadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progNam
 			// (fentry under lockdown or without trampoline support).
 			return nil, fmt.Errorf("load: the kernel refused %s: %w", progName, unix.EPERM)
 		}
-		return nil, fmt.Errorf("load: %w", err)
+		return nil, fmt.Errorf("load %s: %w", progName, err)
 	}
-	l, err := attach(objs.Prog)
-	if err != nil {
-		objs.Prog.Close()
-		return nil, fmt.Errorf("attach: %w", err)
+	return objs.Prog, nil
+}
+
+// Endpoints decodes a record's connection endpoints (struct tw_endpoints).
+func Endpoints(family uint16, saddr, daddr *[16]uint8, sport, dport uint16) (local, remote netip.AddrPort) {
+	return netip.AddrPortFrom(addr(family, saddr), sport), netip.AddrPortFrom(addr(family, daddr), dport)
+}
+
+func addr(family uint16, b *[16]uint8) netip.Addr {
+	switch family {
+	case unix.AF_INET:
+		return netip.AddrFrom4([4]byte(b[:4]))
+	case unix.AF_INET6:
+		return netip.AddrFrom16(*b)
 	}
-	return &Attached{Program: objs.Prog, Link: l}, nil
+	return netip.Addr{}
 }
 
 // SumPerCPU adds up the per-CPU values of a BPF_MAP_TYPE_PERCPU_ARRAY of

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,24 @@ func completed(streams map[ID][]Record) []Record {
 		}
 	}
 	return out
+}
+
+// requireCompleted returns the END records of streams that got a
+// response, and fails the test with every record of every stream when
+// there are not exactly n of them.
+func requireCompleted(t *testing.T, streams map[ID][]Record, n int) []Record {
+	t.Helper()
+	ends := completed(streams)
+	if len(ends) == n {
+		return ends
+	}
+	for id, rs := range streams {
+		for _, r := range rs {
+			t.Logf("stream %v: %v reason %v stats %+v data %q", id, r.Kind, r.Reason, r.Stats, r.Data)
+		}
+	}
+	t.Fatalf("%d completed streams, want %d", len(ends), n)
+	return nil
 }
 
 // rawServer answers one request per connection the way simple Python
@@ -97,10 +116,7 @@ func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	resp.Body.Close()
 	m := <-measured
 
-	ends := completed(rec.ends(t, 1))
-	if len(ends) != 1 {
-		t.Fatalf("%d completed streams, want 1", len(ends))
-	}
+	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	s := ends[0].Stats
 	if s.Chunks != uint32(len(events)) {
 		t.Errorf("%d chunks, want %d (the headers-only write is not a chunk)", s.Chunks, len(events))
@@ -146,10 +162,7 @@ func TestLargeChunkIsOneChunk(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	ends := completed(rec.ends(t, 1))
-	if len(ends) != 1 {
-		t.Fatalf("%d completed streams, want 1", len(ends))
-	}
+	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	if s := ends[0].Stats; s.Chunks != 2 || s.Bytes != uint64(len(events[0])+len(events[1])) {
 		t.Fatalf("%d chunks, %d bytes; want 2 chunks, %d bytes", s.Chunks, s.Bytes, len(events[0])+len(events[1]))
 	}
@@ -181,10 +194,7 @@ func TestClientAbortEndsThePartialStream(t *testing.T) {
 		}
 	}
 	conn.Close()
-	ends := completed(rec.ends(t, 1))
-	if len(ends) != 1 {
-		t.Fatalf("%d completed streams, want 1", len(ends))
-	}
+	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	e := ends[0]
 	t.Logf("ended by %v after %d chunks", e.Reason, e.Stats.Chunks)
 	if e.Reason != EndClientClosed && e.Reason != EndReset {
@@ -213,10 +223,7 @@ func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	ends := completed(rec.ends(t, 3))
-	if len(ends) != 3 {
-		t.Fatalf("%d completed streams, want 3", len(ends))
-	}
+	ends := requireCompleted(t, rec.ends(t, 3), 3)
 	socks := map[uint64]bool{}
 	seqs := map[uint32]bool{}
 	for _, e := range ends {
@@ -262,10 +269,7 @@ func TestConcurrentStreamsAllReported(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	ends := completed(rec.ends(t, n))
-	if len(ends) != n {
-		t.Fatalf("%d completed streams, want %d", len(ends), n)
-	}
+	ends := requireCompleted(t, rec.ends(t, n), n)
 	var wantBytes uint64
 	for _, sz := range srv.sizes[0] {
 		wantBytes += uint64(sz)
@@ -352,57 +356,78 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// TestEveryHookType runs one stream with each hook type on its own. The
-// BTF-typed and raw tracepoints read the payload (http mode); with classic
-// tracepoints alone the write peek cannot attach and the stream is opaque:
-// every write, the head included, is a chunk.
+// TestEveryHookType puts each hook type first in turn and measures one
+// stream: where the kernel has a hook point's target, a type it is
+// expected to accept (bpftest.ExpectedHooks) must attach there, and every
+// combination must measure the stream exactly, request details included.
+// Each runs twice where the kernel has bpf_task_pt_regs: with it and with
+// the kernel-stack lookup that older kernels need.
 func TestEveryHookType(t *testing.T) {
 	bpftest.RequireTracefs(t)
-	for _, k := range []hook.Kind{hook.TPBTF, hook.RawTracepoint, hook.Tracepoint} {
-		t.Run(string(k), func(t *testing.T) {
-			srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 5, headersFirst: true}
-			addr, port := serve(t, srv)
-			cfg := testConfig(port)
-			cfg.HookOrder = []hook.Kind{k}
-			tr, err := Open(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range tr.HookPoints() {
-				t.Logf("%s: %s", p.Name, p.Choice.Summary())
-			}
-			rec := record(t, tr)
-			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-			resp, err := client.Get("http://" + addr + "/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			streams := rec.ends(t, 1)
-			ends := completed(streams)
-			if len(ends) != 1 {
-				t.Fatalf("%d completed streams, want 1", len(ends))
-			}
-			e := ends[0]
-			var http bool
-			for _, r := range streams[e.ID] {
-				http = http || (r.Kind == KindResponse && r.Flags&RespHTTP != 0)
-			}
-			wantChunks, wantReason := uint32(5), EndTerminator
-			if k == hook.Tracepoint {
-				// No peek: head and terminator are chunks too, and the
-				// stream ends with the connection (whichever side first).
-				wantChunks, wantReason = 7, EndClose
-				if e.Reason == EndClientClosed {
-					wantReason = EndClientClosed
-				}
-			}
-			if http != (k != hook.Tracepoint) || e.Stats.Chunks != wantChunks || e.Reason != wantReason {
-				t.Fatalf("http mode %v, %d chunks, end %v; want http %v, %d, %v", http, e.Stats.Chunks, e.Reason, k != hook.Tracepoint, wantChunks, wantReason)
-			}
-		})
+	expected := bpftest.ExpectedHooks(t)
+	regs := []bool{true}
+	if regsFromBTF() {
+		regs = []bool{false, true}
 	}
+	for _, k := range hook.DefaultOrder {
+		for _, stackRegs := range regs {
+			t.Run(fmt.Sprintf("%s/stackRegs=%v", k, stackRegs), func(t *testing.T) {
+				srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 5, headersFirst: true}
+				addr, port := serve(t, srv)
+				cfg := testConfig(port)
+				cfg.HookOrder = append([]hook.Kind{k}, hook.DefaultOrder...)
+				cfg.stackRegs = stackRegs
+				tr, err := Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range tr.HookPoints() {
+					bpftest.LogHookMatrix(t, "stream", p.Name, k, p.Choice)
+					target := bpftest.Target{Group: TracepointGroup, Tracepoint: p.Name, Function: pointFunction(p.Name)}
+					if p.Choice.Kind != k && slices.Contains(expected, k) && bpftest.KernelHas(t, k, target) {
+						t.Errorf("%s: %s must attach on this kernel: %s", p.Name, k, p.Choice.Summary())
+					}
+				}
+				rec := record(t, tr)
+				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+				resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json",
+					strings.NewReader(`{"model":"m1","stream":true}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				streams := rec.ends(t, 1)
+				ends := requireCompleted(t, streams, 1)
+				e := ends[0]
+				var http bool
+				var request []byte
+				for _, r := range streams[e.ID] {
+					http = http || (r.Kind == KindResponse && r.Flags&RespHTTP != 0)
+					if r.Kind == KindRequest {
+						request = append(request, r.Data...)
+					}
+				}
+				if !http || e.Stats.Chunks != 5 || e.Reason != EndTerminator {
+					t.Errorf("http mode %v, %d chunks, end %v; want http, 5 chunks, terminator", http, e.Stats.Chunks, e.Reason)
+				}
+				if !bytes.HasPrefix(request, []byte("POST /v1/chat/completions HTTP/1.1\r\n")) ||
+					!bytes.Contains(request, []byte(`"model":"m1"`)) {
+					t.Errorf("request captured as %q; want the whole POST with its body", request)
+				}
+			})
+		}
+	}
+}
+
+// pointFunction returns the kernel function behind a hook point.
+func pointFunction(name string) string {
+	for _, p := range HookPoints() {
+		if p.Name == name {
+			return p.Function
+		}
+	}
+	return ""
 }
 
 // TestDoneEventInAChunkedBody: "data: [DONE]" flushed as its own chunk of
@@ -423,11 +448,25 @@ func TestDoneEventInAChunkedBody(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	ends := completed(rec.ends(t, 1))
-	if len(ends) != 1 {
-		t.Fatalf("%d completed streams, want 1", len(ends))
-	}
+	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	if e := ends[0]; e.Stats.Chunks != 4 || e.Reason != EndTerminator {
 		t.Fatalf("%d chunks, end %v; want 4 chunks ended by the [DONE] event", e.Stats.Chunks, e.Reason)
+	}
+}
+
+// TestHooksInUse logs what attached at each hook point with the tests'
+// hook order, for the kernel matrix (see bpftest.HookOrderEnv).
+func TestHooksInUse(t *testing.T) {
+	bpftest.Require(t)
+	tr, err := Open(testConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, p := range tr.HookPoints() {
+		bpftest.LogHooks(t, "stream", p.Name, p.Choice)
+		if p.Choice.Closer == nil && !p.Optional {
+			t.Errorf("%s: nothing attached", p.Name)
+		}
 	}
 }

@@ -10,9 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -64,6 +62,11 @@ type Config struct {
 	// GapBounds are the chunk-interval histogram's upper bounds, ascending
 	// (GapBuckets-1 of them).
 	GapBounds []time.Duration
+
+	// stackRegs makes the programs find syscall registers on the task's
+	// kernel stack even where bpf_task_pt_regs exists (tests: the way
+	// kernels before 5.15 need).
+	stackRegs bool
 }
 
 // Kind is a record's kind.
@@ -201,6 +204,7 @@ type Tracer struct {
 	points []HookPoint
 	reader *ringbuf.Reader
 	record ringbuf.Record
+	ended  recentEnds
 
 	detachOnce sync.Once
 	detachErr  error
@@ -230,6 +234,7 @@ func (t *Tracer) open(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	recvArgs, recvErr := recvmsgArgs()
 	spec.Maps["tw_st_socks"].MaxEntries = cfg.MaxSockets
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
 	var bounds [GapBuckets - 1]uint64
@@ -252,6 +257,9 @@ func (t *Tracer) open(cfg Config) error {
 		"chunk_records": boolByte(cfg.ChunkRecords),
 		"gap_bounds_ns": bounds,
 		"wakeup_bytes":  probe.WakeupBytes(cfg.RingBufferBytes),
+		"regs_from_btf": boolByte(regsFromBTF() && !cfg.stackRegs),
+		// tcp_recvmsg's flags come after nonblock before Linux 5.19.
+		"recvmsg_flags_arg5": boolByte(recvArgs == 6),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
@@ -273,52 +281,14 @@ func (t *Tracer) open(cfg Config) error {
 		"tw_st_socks":    t.maps.TwStSocks,
 		"tw_st_events":   t.maps.TwStEvents,
 		"tw_st_counters": t.maps.TwStCounters,
+		"tw_st_calls":    t.maps.TwStCalls,
 	}
-	// The BTF-typed sock_send_length program reads what each write
-	// carried from the writer's syscall buffers. Other hook types cannot
-	// name those buffers: then tcp_sendmsg_locked peeks at each write
-	// before it is copied, attached right after the accounting hook (a
-	// response already being written at that moment is counted opaque).
-	// State changes go last.
-	type point struct {
-		name     string
-		optional bool
-		variants []probe.Variant
-	}
-	peek := point{"tcp_sendmsg_locked", true, []probe.Variant{
-		{Kind: hook.TPBTF, Program: "tw_st_peek_btf", Attach: probe.Tracing()},
-		{Kind: hook.RawTracepoint, Program: "tw_st_peek_raw", Attach: probe.RawTracepoint("tcp_sendmsg_locked")},
-	}}
-	points := []point{
-		{"sock_recv_length", true, []probe.Variant{
-			{Kind: hook.TPBTF, Program: "tw_st_recv_btf", Attach: probe.Tracing()},
-		}},
-		{"sock_send_length", false, []probe.Variant{
-			{Kind: hook.TPBTF, Program: "tw_st_sent_btf", Attach: probe.Tracing()},
-			{Kind: hook.RawTracepoint, Program: "tw_st_sent_raw", Attach: probe.RawTracepoint("sock_send_length")},
-			{Kind: hook.Tracepoint, Program: "tw_st_sent_tp", Attach: probe.Tracepoint("sock", "sock_send_length")},
-		}},
-		{"sk_data_ready", false, []probe.Variant{
-			{Kind: hook.TPBTF, Program: "tw_st_ready_btf", Attach: probe.Tracing()},
-			{Kind: hook.RawTracepoint, Program: "tw_st_ready_raw", Attach: probe.RawTracepoint("sk_data_ready")},
-			{Kind: hook.Tracepoint, Program: "tw_st_ready_tp", Attach: probe.Tracepoint("sock", "sk_data_ready")},
-		}},
-		{"inet_sock_set_state", false, []probe.Variant{
-			{Kind: hook.TPBTF, Program: "tw_st_state_btf", Attach: probe.Tracing()},
-			{Kind: hook.RawTracepoint, Program: "tw_st_state_raw", Attach: probe.RawTracepoint("inet_sock_set_state")},
-			{Kind: hook.Tracepoint, Program: "tw_st_state_tp", Attach: probe.Tracepoint("sock", "inet_sock_set_state")},
-		}},
-	}
-	for i := 0; i < len(points); i++ {
-		p := points[i]
-		choice, err := probe.Choose(spec, maps, cfg.HookOrder, p.variants)
-		if err != nil && !p.optional {
-			return fmt.Errorf("attaching the stream probe to %s: %w", p.name, err)
+	for _, p := range hookPoints(recvArgs, recvErr) {
+		choice, err := probe.Choose(spec, maps, cfg.HookOrder, p.Variants)
+		if err != nil && !p.Optional {
+			return fmt.Errorf("attaching the stream probe to %s: %w", p.Name, err)
 		}
-		t.points = append(t.points, HookPoint{Name: p.name, Choice: choice, Optional: p.optional})
-		if p.name == "sock_send_length" && choice.Kind != hook.TPBTF {
-			points = slices.Insert(points, i+1, peek)
-		}
+		t.points = append(t.points, HookPoint{Name: p.Name, Choice: choice, Optional: p.Optional})
 	}
 	if t.reader, err = ringbuf.NewReader(t.maps.TwStEvents); err != nil {
 		return fmt.Errorf("opening the stream ring buffer: %w", err)
@@ -337,13 +307,13 @@ func boolByte(b bool) uint8 {
 	return 0
 }
 
-// Programs returns the attached programs by hook point, for measuring
-// their cost (ebpf.Program.Stats).
-func (t *Tracer) Programs() map[string]*ebpf.Program {
-	out := map[string]*ebpf.Program{}
+// Programs returns the attached programs by hook point (two for a kprobe
+// and its kretprobe), for measuring their cost (ebpf.Program.Stats).
+func (t *Tracer) Programs() map[string][]*ebpf.Program {
+	out := map[string][]*ebpf.Program{}
 	for _, p := range t.points {
 		if a, ok := p.Choice.Closer.(*probe.Attached); ok {
-			out[p.Name] = a.Program
+			out[p.Name] = a.Programs
 		}
 	}
 	return out
@@ -355,13 +325,43 @@ func (t *Tracer) HookPoints() []HookPoint { return t.points }
 // Read blocks until the next record and decodes it into rec. It returns
 // ErrClosed after Close. Not safe for concurrent use; allocates nothing.
 func (t *Tracer) Read(rec *Record) error {
-	if err := probe.ReadRing(t.reader, &t.record); err != nil {
-		if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
-			return ErrClosed
+	for {
+		if err := probe.ReadRing(t.reader, &t.record); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
+				return ErrClosed
+			}
+			return err
 		}
-		return err
+		if err := Decode(t.record.RawSample, rec); err != nil {
+			return err
+		}
+		if rec.Kind != KindEnd || t.ended.first(rec.ID) {
+			return nil
+		}
 	}
-	return Decode(t.record.RawSample, rec)
+}
+
+// recentEnds remembers the streams whose END record was read last. The
+// kernel's per-socket state has no lock, so where a write's accounting
+// runs outside the socket lock (the sock_send_length tracepoint) the
+// write that ends a stream and the peer's close can both end it, on two
+// CPUs at once. Both records carry the same ID and come microseconds
+// apart; the second is dropped here.
+type recentEnds struct {
+	ids  [64]ID
+	next int
+}
+
+// first records id and reports whether it was not among the recent ends.
+func (r *recentEnds) first(id ID) bool {
+	for _, seen := range r.ids {
+		if seen == id {
+			return false
+		}
+	}
+	r.ids[r.next] = id
+	r.next = (r.next + 1) % len(r.ids)
+	return true
 }
 
 const (
@@ -403,23 +403,12 @@ func Decode(raw []byte, rec *Record) error {
 			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,
 			GapSum: s.GapSumNs, GapMax: s.GapMaxNs, Chunks: s.Chunks, PID: s.Pid,
 			GapCounts: s.GapCounts, HeadBytes: s.HeadBytes,
-			Local:  netip.AddrPortFrom(addr(s.Family, s.Saddr[:]), s.Sport),
-			Remote: netip.AddrPortFrom(addr(s.Family, s.Daddr[:]), s.Dport),
 		}
+		rec.Stats.Local, rec.Stats.Remote = probe.Endpoints(s.Ep.Family, &s.Ep.Saddr, &s.Ep.Daddr, s.Ep.Sport, s.Ep.Dport)
 	default:
 		return fmt.Errorf("unknown stream record kind %d", rec.Kind)
 	}
 	return nil
-}
-
-func addr(family uint16, b []byte) netip.Addr {
-	switch family {
-	case syscall.AF_INET:
-		return netip.AddrFrom4([4]byte(b[:4]))
-	case syscall.AF_INET6:
-		return netip.AddrFrom16([16]byte(b[:16]))
-	}
-	return netip.Addr{}
 }
 
 // Counters sums the kernel's per-CPU counters.

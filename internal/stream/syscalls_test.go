@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
-	"github.com/tokenwire/tokenwire/internal/hook"
 )
 
 // sendMode is one way an application hands a socket its bytes. The probe
@@ -206,10 +205,7 @@ func TestEverySendSyscall(t *testing.T) {
 			<-srv.beforeFinal
 
 			streams := rec.ends(t, 1)
-			ends := completed(streams)
-			if len(ends) != 1 {
-				t.Fatalf("%d completed streams, want 1", len(ends))
-			}
+			ends := requireCompleted(t, streams, 1)
 			e := ends[0]
 			var head *Record
 			for _, r := range streams[e.ID] {
@@ -235,27 +231,17 @@ func TestEverySendSyscall(t *testing.T) {
 // last write (a 192 KiB event followed by the terminator) is taken in
 // several partial writes. Only the write that really carried the
 // terminator ends the stream, and every byte is counted once.
-//
-// Both ways of looking at writes are checked: the BTF-typed accounting
-// hook reading the syscall's buffers, and the tcp_sendmsg_locked peek that
-// raw tracepoints fall back to.
 func TestPartialWritesAreJudgedByWhatWasSent(t *testing.T) {
 	bpftest.Require(t)
-	for _, c := range []struct {
-		mode string
-		hook hook.Kind
-	}{{"write", hook.TPBTF}, {"writev", hook.TPBTF}, {"write", hook.RawTracepoint}, {"writev", hook.RawTracepoint}} {
-		mode := c.mode
-		t.Run(mode+"/"+string(c.hook), func(t *testing.T) {
+	for _, mode := range []string{"write", "writev"} {
+		t.Run(mode, func(t *testing.T) {
 			big := bytes.Repeat([]byte("x"), 192<<10)
 			last := append(fmt.Appendf(nil, "%x\r\n", len(big)), big...)
 			last = append(last, "\r\n0\r\n\r\n"...)
 			srv := &chunkedServer{mode: mode, events: [][]byte{[]byte("data: first\n\n")}, final: [][]byte{last},
 				calls: make(chan []int, 1), beforeFinal: make(chan uint64, 1)}
 			port := srv.serve(t)
-			cfg := testConfig(port)
-			cfg.HookOrder = []hook.Kind{c.hook}
-			tr, err := Open(cfg)
+			tr, err := Open(testConfig(port))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,10 +254,7 @@ func TestPartialWritesAreJudgedByWhatWasSent(t *testing.T) {
 			}
 			t.Logf("syscalls per write: %v", calls)
 
-			ends := completed(rec.ends(t, 1))
-			if len(ends) != 1 {
-				t.Fatalf("%d completed streams, want 1", len(ends))
-			}
+			ends := requireCompleted(t, rec.ends(t, 1), 1)
 			e := ends[0]
 			headLen := bytes.Index(body, []byte("\r\n\r\n")) + 4
 			if want := uint64(len(body) - headLen); e.Stats.Bytes != want {

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Streams: per-socket state, its maps and how it is accounted and sent to
+ * user space. Part of stream.bpf.c. */
+#ifndef TOKENWIRE_STREAM_STATE_H
+#define TOKENWIRE_STREAM_STATE_H
+
+/* Configuration, set before load (.rodata: the verifier prunes by it). */
+const volatile __u64 coalesce_ns = 500000;  /* writes closer than this are one chunk */
+const volatile __u64 flush_ns = 1000000000; /* PROGRESS at most this often per stream */
+const volatile __u8 chunk_records = 0;      /* one CHUNK record per chunk (diagnostics) */
+const volatile __u64 gap_bounds_ns[TW_GAP_BUCKETS - 1] = {};
+
+/* Per-socket state. Fields a chunk touches come first, in one 64-byte
+ * cache line: on a busy host that line is cold at every write, and each
+ * further line is another miss on the write path. */
+struct stream_state {
+	/* hot: every write */
+	__u64 last_chunk_ts;
+	__u64 last_write_ts;
+	__u64 last_flush_ts;
+	__u64 bytes;
+	__u64 gap_sum_ns;
+	__u64 gap_max_ns;
+	__u32 chunks;
+	__u8 state;      /* enum tw_stream_state */
+	__u8 resp_flags; /* enum tw_response_flag of this response */
+	__u16 _pad;
+	__u32 seq;
+	__u32 _pad2;
+	/* per chunk, one bucket */
+	__u32 gap_counts[TW_GAP_BUCKETS];
+	/* per stream */
+	__u64 req_ts;
+	__u64 headers_ts;
+	__u64 first_chunk_ts;
+	__u32 pid;
+	__u32 req_captured; /* request bytes read by the application so far */
+	__u32 head_bytes;   /* http mode: bytes of the first write */
+};
+
+/* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
+ * event with no map lookup and no extra cache miss; a longer list goes to
+ * tw_st_ports (index = port, value != 0). */
+#define MAX_RO_PORTS 16
+const volatile __u16 watch_ports[MAX_RO_PORTS] = {};
+const volatile __u8 n_watch_ports = 0;
+const volatile __u8 ports_in_map = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} tw_st_ports SEC(".maps");
+
+/* Per-socket stream state; max_entries from config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stream_state);
+} tw_st_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} tw_st_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TW_ST_COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} tw_st_counters SEC(".maps");
+
+static __always_inline int port_watched(__u16 port)
+{
+	if (ports_in_map) {
+		__u32 key = port;
+		__u8 *v = bpf_map_lookup_elem(&tw_st_ports, &key);
+		return v && *v;
+	}
+	for (int i = 0; i < MAX_RO_PORTS; i++) {
+		if (i >= n_watch_ports)
+			return 0;
+		if (watch_ports[i] == port)
+			return 1;
+	}
+	return 0;
+}
+
+/* watched_sock is the first test of every hook: one field load and the
+ * port test turn away the sockets of every other port on the host before
+ * the per-socket state is touched. */
+static __always_inline int watched_sock(const struct sock *sk, const int typed)
+{
+	return port_watched(RD(typed, sk, __sk_common.skc_num));
+}
+
+static __always_inline struct stream_state *state_of(const struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	return bpf_map_lookup_elem(&tw_st_socks, &key);
+}
+
+/* emit_stats sends a PROGRESS, END or CHUNK record from the state. */
+static __always_inline void emit_stats(const struct sock *sk, struct stream_state *st, __u8 kind,
+				       __u8 reason, __u64 now)
+{
+	struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+	if (!r) {
+		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+		return;
+	}
+	r->id.sock = (__u64)sk;
+	r->id.seq = st->seq;
+	r->id.kind = kind;
+	r->id.reason = reason;
+	r->id.len = 0;
+	r->req_ts = st->req_ts;
+	r->headers_ts = st->headers_ts;
+	r->first_chunk_ts = st->first_chunk_ts;
+	r->last_chunk_ts = st->last_chunk_ts;
+	r->end_ts = kind == TW_REC_END ? now : 0;
+	r->bytes = st->bytes;
+	r->gap_sum_ns = st->gap_sum_ns;
+	r->gap_max_ns = st->gap_max_ns;
+	r->chunks = st->chunks;
+	r->pid = st->pid;
+	r->head_bytes = st->head_bytes;
+	for (int i = 0; i < TW_GAP_BUCKETS; i++) {
+		r->gap_counts[i] = st->gap_counts[i];
+		st->gap_counts[i] = 0;
+	}
+	fill_endpoints(&r->ep, sk);
+	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
+	st->last_flush_ts = now;
+}
+
+static __always_inline void end_stream(const struct sock *sk, struct stream_state *st, __u8 reason,
+				       __u64 now)
+{
+	if (st->state == TW_ST_IDLE)
+		return;
+	if (st->state == TW_ST_REQUEST)
+		reason = TW_END_NO_RESPONSE;
+	emit_stats(sk, st, TW_REC_END, reason, now);
+	st->state = TW_ST_IDLE;
+}
+
+/* gap_bucket returns the index of the first bound >= gap (16: none), by
+ * binary search: 5 comparisons instead of up to 16. */
+static __always_inline __u32 gap_bucket(__u64 gap)
+{
+	__u32 lo = 0;
+	if (gap > gap_bounds_ns[7])
+		lo = 8;
+	if (gap > gap_bounds_ns[(lo + 3) & 15])
+		lo += 4;
+	if (gap > gap_bounds_ns[(lo + 1) & 15])
+		lo += 2;
+	if (gap > gap_bounds_ns[lo & 15])
+		lo += 1;
+	if (lo == 15 && gap > gap_bounds_ns[15])
+		lo = 16; /* the overflow bucket */
+	return lo;
+}
+
+/* chunk accounts one body write of n bytes. */
+static __always_inline void chunk(const struct sock *sk, struct stream_state *st, __u64 n, __u64 now)
+{
+	if (st->chunks && now - st->last_write_ts < coalesce_ns) {
+		/* Part of the same burst (a chunk written in several writes). */
+		st->bytes += n;
+		st->last_write_ts = now;
+		return;
+	}
+	if (st->chunks) {
+		__u64 gap = now - st->last_chunk_ts;
+		__u32 b = gap_bucket(gap);
+		if (b < TW_GAP_BUCKETS)
+			st->gap_counts[b]++;
+		st->gap_sum_ns += gap;
+		if (gap > st->gap_max_ns)
+			st->gap_max_ns = gap;
+	}
+	st->chunks++;
+	st->bytes += n;
+	st->last_chunk_ts = now;
+	st->last_write_ts = now;
+	if (st->chunks == 1) {
+		st->first_chunk_ts = now;
+		/* TTFT reaches user space now, not at the end of a long stream. */
+		emit_stats(sk, st, TW_REC_PROGRESS, 0, now);
+		return;
+	}
+	if (chunk_records) {
+		struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+		if (r) {
+			__builtin_memset(r, 0, sizeof(*r));
+			r->id.sock = (__u64)sk;
+			r->id.seq = st->seq;
+			r->id.kind = TW_REC_CHUNK;
+			r->last_chunk_ts = now;
+			r->bytes = n;
+			r->chunks = st->chunks;
+			bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
+		} else {
+			count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+		}
+	}
+	if (now - st->last_flush_ts >= flush_ns)
+		emit_stats(sk, st, TW_REC_PROGRESS, 0, now);
+}
+
+#endif

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The user buffers of the read or write system call the current task is
+ * in.
+ *
+ * The socket hooks run inside that syscall, after the copy: its arguments,
+ * saved in the task's pt_regs at kernel entry, name the buffers the data
+ * came from or went to, whatever the hook type and whatever the skb layout
+ * (loopback and GRO put payload in page frags that BPF cannot reach at
+ * arrival). Kernel threads and io_uring workers have no such syscall:
+ * their data is not looked at.
+ *
+ * The syscall numbers and the pt_regs layout are x86-64's; the build is
+ * for x86-64 only (see bpf/arch.go).
+ */
+#ifndef TOKENWIRE_SYSCALL_IO_H
+#define TOKENWIRE_SYSCALL_IO_H
+
+#ifndef __TARGET_ARCH_x86
+#error "syscall_io.h reads x86-64 syscall frames: build with -target amd64"
+#endif
+
+#define MAX_IOV 4 /* iovecs looked at per readv/writev/recvmsg/sendmsg */
+
+struct user_io {
+	struct iovec iov[MAX_IOV];
+	__u32 nr;
+};
+
+#define NR_READ 0
+#define NR_WRITE 1
+#define NR_READV 19
+#define NR_WRITEV 20
+#define NR_SENDTO 44
+#define NR_RECVFROM 45
+#define NR_SENDMSG 46
+#define NR_RECVMSG 47
+#define PF_IO_WORKER 0x00000010
+#define PF_KTHREAD 0x00200000
+#define USER_CS 0x33 /* __USER_CS: the frame of a 64-bit process's syscall */
+
+/* How to find the syscall's registers, set by user space before load:
+ * regs_from_btf when the kernel has bpf_task_pt_regs (5.15+); otherwise
+ * they sit at the top of the task's kernel stack, stack_regs_offset bytes
+ * above task->stack (THREAD_SIZE minus the frame; x86-64 has no padding
+ * above it before FRED, which needs 6.9). The code segment in the frame
+ * proves the guess: a wrong offset yields no data, never wrong data. */
+const volatile __u8 regs_from_btf = 1;
+const volatile __u32 stack_regs_offset = 16384 - sizeof(struct pt_regs);
+
+struct syscall_args {
+	long nr;
+	__u64 arg1; /* rsi: the buffer, iovec array or msghdr */
+	__u64 arg2; /* rdx: the length or iovec count */
+};
+
+static __always_inline int syscall_args(struct syscall_args *a)
+{
+	if (regs_from_btf) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		if (task->flags & (PF_KTHREAD | PF_IO_WORKER))
+			return -1;
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		if (!regs)
+			return -1;
+		a->nr = regs->orig_ax;
+		a->arg1 = regs->si;
+		a->arg2 = regs->dx;
+		return 0;
+	}
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	if (BPF_CORE_READ(task, flags) & (PF_KTHREAD | PF_IO_WORKER))
+		return -1;
+	const void *stack = BPF_CORE_READ(task, stack);
+	struct pt_regs regs;
+	if (!stack || bpf_probe_read_kernel(&regs, sizeof(regs), stack + stack_regs_offset))
+		return -1;
+	if (regs.cs != USER_CS)
+		return -1;
+	a->nr = regs.orig_ax;
+	a->arg1 = regs.si;
+	a->arg2 = regs.dx;
+	return 0;
+}
+
+/* syscall_io fills io from the current syscall's arguments. */
+static __always_inline int syscall_io(struct user_io *io)
+{
+	struct syscall_args a;
+	if (syscall_args(&a))
+		return -1;
+	const void *arg = (const void *)a.arg1;
+	__u64 n = a.arg2;
+	const struct iovec *iov;
+	switch (a.nr) {
+	case NR_READ:
+	case NR_WRITE:
+	case NR_RECVFROM:
+	case NR_SENDTO:
+		io->iov[0].iov_base = (void *)arg;
+		io->iov[0].iov_len = n;
+		io->nr = 1;
+		return 0;
+	case NR_READV:
+	case NR_WRITEV:
+		iov = arg;
+		break;
+	case NR_RECVMSG:
+	case NR_SENDMSG: {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), arg))
+			return -1;
+		iov = m.msg_iov;
+		n = m.msg_iovlen;
+		break;
+	}
+	default:
+		return -1;
+	}
+	/* Constant sizes: the verifier needs a bounded length. */
+	long err;
+	switch (n) {
+	case 0:
+		return -1;
+	case 1:
+		err = bpf_probe_read_user(io->iov, 1 * sizeof(struct iovec), iov);
+		break;
+	case 2:
+		err = bpf_probe_read_user(io->iov, 2 * sizeof(struct iovec), iov);
+		break;
+	case 3:
+		err = bpf_probe_read_user(io->iov, 3 * sizeof(struct iovec), iov);
+		break;
+	default:
+		n = MAX_IOV;
+		err = bpf_probe_read_user(io->iov, MAX_IOV * sizeof(struct iovec), iov);
+	}
+	io->nr = n;
+	return err ? -1 : 0;
+}
+
+#endif
