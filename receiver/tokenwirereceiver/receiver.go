@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/handshake"
 	"github.com/tokenwire/tokenwire/internal/preflight"
@@ -50,10 +53,15 @@ type tokenwireReceiver struct {
 	streams    *stream.Tracer
 	stStats    *streamStats
 	xdp        *xdpState
+	status     []capabilityStatus // every enabled capability, up or not
 	hostName   string
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 	emitMu     sync.Mutex // one emission at a time (ticker and final flush)
+
+	// streamOpen is stream.Open; a test sets it to make the stream probe
+	// fail on a kernel where it would attach.
+	streamOpen func(stream.Config) (*stream.Tracer, error)
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, onLast func()) *tokenwireReceiver {
@@ -116,7 +124,7 @@ func (h *handle) Shutdown(ctx context.Context) error {
 		// the last second of spans in 3 runs of 5 that way). The
 		// collector only ever shuts all components down together.
 		if r.running {
-			err = r.stop(ctx)
+			err = r.stop(ctx, true)
 			r.running = false
 		}
 		if r.handles == 0 {
@@ -126,9 +134,55 @@ func (h *handle) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// capabilityAttr tags self-telemetry with the probe it is about.
-var handshakeAttr = attribute.String("capability", "handshake")
+// The capability attribute of self-telemetry: which part of the receiver
+// a point is about.
+var (
+	handshakeAttr = attribute.String("capability", metadata.AttributeCapabilityHandshake.String())
+	streamAttr    = attribute.String("capability", metadata.AttributeCapabilityStream.String())
+	xdpAttr       = attribute.String("capability", metadata.AttributeCapabilityXdp.String())
+)
 
+// capability is one part of the receiver that starts on its own: the
+// handshake probe, the stream probe or the XDP filter.
+type capability struct {
+	attr     attribute.KeyValue
+	name     string // in logs and errors: "stream probe"
+	key      string // its config section: "streams"
+	required bool
+	open     func() error // on error, leaves nothing of its own loaded
+}
+
+// capabilityStatus is what otelcol_receiver_tokenwire_capability_up
+// reports for one enabled capability.
+type capabilityStatus struct {
+	up    bool
+	attrs metric.ObserveOption
+}
+
+// capabilities lists the enabled capabilities in the order start opens them.
+func (r *tokenwireReceiver) capabilities(ctx context.Context) []capability {
+	var caps []capability
+	if r.cfg.Handshake.Enabled {
+		caps = append(caps, capability{handshakeAttr, "handshake probe", "handshake", r.cfg.Handshake.Required,
+			func() error { return r.startHandshakes(ctx) }})
+	}
+	if r.cfg.Streams.Enabled {
+		caps = append(caps, capability{streamAttr, "stream probe", "streams", r.cfg.Streams.Required,
+			func() error { return r.startStreams(ctx) }})
+	}
+	if len(r.cfg.XDP.Interfaces) > 0 {
+		caps = append(caps, capability{xdpAttr, "XDP filter", "xdp", r.cfg.XDP.Required, r.startXDP})
+	}
+	return caps
+}
+
+// start loads and attaches every enabled capability. One that cannot start
+// does not take the others down: it is logged with the full reason and
+// reported as down in self-telemetry, and the rest run. Start fails only
+// when a capability marked required cannot start, when none of the
+// enabled ones can (the error then gives each one's reason), or when the
+// process lacks the privileges or kernel BTF that all of them need.
+// Whatever did start is released again when start fails.
 func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err error) {
 	if err := preflight.Check(preflight.Needs{NetAdmin: len(r.cfg.XDP.Interfaces) > 0}); err != nil {
 		return err
@@ -155,35 +209,54 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 	r.cancel = cancel
 	defer func() {
 		if err != nil {
-			_ = r.stop(context.Background()) // detach whatever did attach
+			// Detach whatever did attach; a receiver that failed to
+			// start exports nothing.
+			_ = r.stop(context.Background(), false)
 		}
 	}()
 
-	if r.cfg.Handshake.Enabled {
-		r.handshakes, err = handshake.Open(handshake.Config{
-			Ports:             toPorts(r.cfg.Handshake.Ports),
-			MaxTrackedSockets: uint32(r.cfg.Handshake.MaxTrackedSockets),
-			RingBufferBytes:   uint32(r.cfg.RingBufferSize),
-			HookOrder:         r.cfg.hookOrder(),
-		})
-		if err != nil {
-			return fmt.Errorf("tokenwire handshake probe: %w", err)
-		}
-		r.set.Logger.Info("tokenwire handshake probe attached",
-			zap.String("hook", r.handshakes.Hook().Summary()),
-			zap.Ints("ports", r.cfg.Handshake.Ports))
-		r.wg.Add(1)
-		go readLoop(ctx, r, handshakeAttr, r.handshakes.Read, handshake.ErrClosed, r.hsStats.add)
+	caps := r.capabilities(ctx)
+	r.status = r.status[:0]
+	type failure struct {
+		c   capability
+		err error
 	}
-	if r.cfg.Streams.Enabled {
-		if err = r.startStreams(ctx); err != nil {
-			return err
+	var failed []failure
+	for _, c := range caps {
+		cerr := c.open()
+		if cerr == nil {
+			r.status = append(r.status, capabilityStatus{up: true,
+				attrs: metric.WithAttributeSet(attribute.NewSet(c.attr))})
+			continue
 		}
+		if c.required {
+			errs := []error{fmt.Errorf("tokenwire %s could not start and %s.required is true: %w", c.name, c.key, cerr)}
+			for _, f := range failed {
+				errs = append(errs, fmt.Errorf("tokenwire %s could not start either: %w", f.c.name, f.err))
+			}
+			return errors.Join(errs...)
+		}
+		failed = append(failed, failure{c, cerr})
+		r.status = append(r.status, capabilityStatus{up: false, attrs: metric.WithAttributeSet(attribute.NewSet(c.attr,
+			attribute.String("error.type", startErrorType(cerr))))})
 	}
-	if len(r.cfg.XDP.Interfaces) > 0 {
-		if err = r.startXDP(); err != nil {
-			return err
+	if len(caps) > 0 && len(failed) == len(caps) {
+		errs := make([]error, len(failed))
+		for i, f := range failed {
+			errs[i] = fmt.Errorf("tokenwire %s: %w", f.c.name, f.err)
 		}
+		return fmt.Errorf("no tokenwire capability could start:\n%w", errors.Join(errs...))
+	}
+	// One line per capability that is down, with the whole reason in it:
+	// the refusals of several hook types, which the error joins with
+	// newlines, are joined with "; ", and no stack trace follows (the
+	// collector's logger adds one to error lines; ours would only show
+	// start's callers).
+	logger := r.set.Logger.WithOptions(zap.AddStacktrace(zap.FatalLevel))
+	for _, f := range failed {
+		logger.Error("tokenwire "+f.c.name+" could not start; the receiver runs without it",
+			zap.String(string(f.c.attr.Key), f.c.attr.Value.AsString()),
+			zap.String("error", strings.ReplaceAll(f.err.Error(), "\n", "; ")))
 	}
 	if err = r.registerTelemetry(); err != nil {
 		return err
@@ -194,8 +267,46 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 	return nil
 }
 
-// stop detaches and frees everything start created, in reverse order.
-func (r *tokenwireReceiver) stop(ctx context.Context) error {
+// startErrorType is the error.type of a capability that could not start: the
+// name of the first kernel error code in err's chain (EPERM, ENOENT, ...),
+// or _OTHER. Low cardinality on purpose; the full reason is logged.
+func startErrorType(err error) string {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		if errno == unix.EOPNOTSUPP {
+			return "EOPNOTSUPP" // ErrnoName says ENOTSUP, its alias on Linux
+		}
+		if name := unix.ErrnoName(errno); name != "" {
+			return name
+		}
+	}
+	return "_OTHER"
+}
+
+// startHandshakes loads the handshake probe and starts reading it.
+func (r *tokenwireReceiver) startHandshakes(ctx context.Context) error {
+	tr, err := handshake.Open(handshake.Config{
+		Ports:             toPorts(r.cfg.Handshake.Ports),
+		MaxTrackedSockets: uint32(r.cfg.Handshake.MaxTrackedSockets),
+		RingBufferBytes:   uint32(r.cfg.RingBufferSize),
+		HookOrder:         r.cfg.hookOrder(),
+	})
+	if err != nil {
+		return err
+	}
+	r.handshakes = tr
+	r.set.Logger.Info("tokenwire handshake probe attached",
+		zap.String("hook", tr.Hook().Summary()),
+		zap.Ints("ports", r.cfg.Handshake.Ports))
+	r.wg.Add(1)
+	go readLoop(ctx, r, handshakeAttr, tr.Read, handshake.ErrClosed, r.hsStats.add)
+	return nil
+}
+
+// stop detaches and frees everything start created, in reverse order, and
+// leaves alone what never started. With flush, what was read so far is
+// exported first.
+func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 	var errs []error
 	if r.cancel != nil {
 		r.cancel()
@@ -216,13 +327,13 @@ func (r *tokenwireReceiver) stop(ctx context.Context) error {
 	if r.streams != nil {
 		errs = append(errs, r.streams.Close())
 	}
-	if r.handshakes != nil || r.streams != nil || r.xdp != nil {
+	if flush && (r.handshakes != nil || r.streams != nil || r.xdp != nil) {
 		// Everything read so far goes out before we stop: a short-lived
 		// collector must not lose its last interval.
 		r.emit(ctx)
 		r.emitSpans(ctx)
-		r.handshakes, r.streams = nil, nil
 	}
+	r.handshakes, r.streams, r.stStats = nil, nil, nil
 	if r.xdp != nil {
 		// Detaching restores the interfaces: traffic passes unfiltered.
 		errs = append(errs, r.xdp.filter.Close())
@@ -257,9 +368,22 @@ func readLoop[R any](ctx context.Context, r *tokenwireReceiver, capability attri
 }
 
 func (r *tokenwireReceiver) registerTelemetry() error {
-	var errs []error
+	status := slices.Clone(r.status)
+	errs := []error{r.telemetry.RegisterReceiverTokenwireCapabilityUpCallback(func(_ context.Context, o metric.Int64Observer) error {
+		for _, s := range status {
+			if s.up {
+				o.Observe(1, s.attrs)
+			} else {
+				o.Observe(0, s.attrs)
+			}
+		}
+		return nil
+	})}
 	if r.streams != nil {
 		errs = append(errs, r.registerStreamTelemetry())
+	}
+	if r.xdp != nil {
+		errs = append(errs, r.registerXDPTelemetry())
 	}
 	tr := r.handshakes
 	if tr == nil {

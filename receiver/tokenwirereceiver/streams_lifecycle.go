@@ -3,7 +3,6 @@ package tokenwirereceiver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -14,11 +13,13 @@ import (
 	"github.com/tokenwire/tokenwire/internal/stream"
 )
 
-var streamAttr = attribute.String("capability", "stream")
-
 // startStreams loads the stream probe and starts reading it.
 func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
-	tr, err := stream.Open(stream.Config{
+	open := r.streamOpen
+	if open == nil {
+		open = stream.Open
+	}
+	tr, err := open(stream.Config{
 		Ports:           toPorts(r.cfg.Streams.Ports),
 		MaxSockets:      uint32(r.cfg.Streams.MaxSockets),
 		RingBufferBytes: uint32(r.cfg.RingBufferSize),
@@ -28,7 +29,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		GapBounds:       stream.DefaultGapBounds,
 	})
 	if err != nil {
-		return fmt.Errorf("tokenwire stream probe: %w", err)
+		return err
 	}
 	r.streams = tr
 	fields := []zap.Field{zap.Ints("ports", r.cfg.Streams.Ports)}

@@ -80,6 +80,12 @@ func TestSelfTelemetry(t *testing.T) {
 	// On this kernel every stream hook point attaches as tp_btf: four of
 	// them; the fallback peek (tcp_sendmsg_locked) is not needed.
 	require.EqualValues(t, 4, sumFor("otelcol_receiver_tokenwire_programs_attached", "stream"), "one per stream hook point")
+	// Both enabled capabilities are up; XDP, not enabled, has no point.
+	require.EqualValues(t, 1, sumFor("otelcol_receiver_tokenwire_capability_up", "stream"))
+	require.EqualValues(t, 1, sumFor("otelcol_receiver_tokenwire_capability_up", "handshake"))
+	up, err := tel.GetMetric("otelcol_receiver_tokenwire_capability_up")
+	require.NoError(t, err)
+	require.Len(t, up.Data.(metricdata.Gauge[int64]).DataPoints, 2)
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_streams_open", ""), int64(0))
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_map_entries", "stream"), int64(0))
 }

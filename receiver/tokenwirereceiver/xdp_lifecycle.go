@@ -3,7 +3,6 @@ package tokenwirereceiver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -16,8 +15,6 @@ import (
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
-var xdpAttr = attribute.String("capability", "xdp")
-
 // xdpState is the receiver's XDP filter and what it remembers about it.
 type xdpState struct {
 	filter    *xdp.Filter
@@ -28,8 +25,9 @@ type xdpState struct {
 	detached map[string]bool // interfaces already reported gone
 }
 
-// startXDP attaches the filter to the configured interfaces. A bad line in
-// the blocklist file fails Start with the file and line.
+// startXDP attaches the filter to the configured interfaces, to all of
+// them or to none. A bad line in the blocklist file fails it with the file
+// and line.
 func (r *tokenwireReceiver) startXDP() error {
 	st := &xdpState{detached: map[string]bool{}}
 	f, err := xdp.Open(xdp.Config{
@@ -50,7 +48,7 @@ func (r *tokenwireReceiver) startXDP() error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("tokenwire XDP filter: %w", err)
+		return err
 	}
 	st.filter = f
 	r.xdp = st
@@ -61,7 +59,7 @@ func (r *tokenwireReceiver) startXDP() error {
 	stats := f.Stats()
 	r.set.Logger.Info("tokenwire XDP filter attached", zap.Strings("interfaces", where),
 		zap.Int("blocklist_ipv4", stats.Entries4), zap.Int("blocklist_ipv6", stats.Entries6))
-	return r.registerXDPTelemetry()
+	return nil
 }
 
 func (r *tokenwireReceiver) registerXDPTelemetry() error {

@@ -1,0 +1,464 @@
+package tokenwirereceiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/internal/xdp"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+// observed is a receiver (metrics pipeline only) whose self-telemetry and
+// logs the test reads back.
+type observed struct {
+	tel      *componenttest.Telemetry
+	logs     *observer.ObservedLogs
+	metrics  *consumertest.MetricsSink
+	recv     component.Component
+	startErr error
+	stopped  bool
+}
+
+// startObserved creates the receiver, lets seam adjust it, and starts it,
+// inside ns when ns is not nil (XDP looks its interfaces up there). The
+// error of Start is in startErr. Tests that check for leaks must call
+// shutdown themselves: cleanups run after their deferred checks.
+func startObserved(t *testing.T, cfg *Config, ns *bpftest.Netns, seam func(*tokenwireReceiver)) *observed {
+	t.Helper()
+	o := &observed{tel: componenttest.NewTelemetry(), metrics: new(consumertest.MetricsSink)}
+	t.Cleanup(func() { require.NoError(t, o.tel.Shutdown(context.Background())) })
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = o.tel.NewTelemetrySettings()
+	core, logs := observer.New(zapcore.InfoLevel)
+	// Stack traces on error lines, as the collector's logger has them.
+	set.Logger = zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel))
+	o.logs = logs
+	recv, err := NewFactory().CreateMetrics(context.Background(), set, cfg, o.metrics)
+	require.NoError(t, err)
+	if seam != nil {
+		seam(recv.(*handle).r)
+	}
+	o.recv = recv
+	start := func() { o.startErr = recv.Start(context.Background(), componenttest.NewNopHost()) }
+	if ns != nil {
+		ns.Do(t, start)
+	} else {
+		start()
+	}
+	t.Cleanup(func() { o.shutdown(t) })
+	return o
+}
+
+func (o *observed) shutdown(t *testing.T) {
+	if !o.stopped {
+		o.stopped = true
+		require.NoError(t, o.recv.Shutdown(context.Background()))
+	}
+}
+
+// upPoint is one point of otelcol_receiver_tokenwire_capability_up.
+type upPoint struct {
+	up        int64
+	errorType string // "" when the point has no error.type
+}
+
+// capabilityUp reads otelcol_receiver_tokenwire_capability_up through the
+// collector's telemetry reader, by capability.
+func (o *observed) capabilityUp(t *testing.T) map[string]upPoint {
+	t.Helper()
+	m, err := o.tel.GetMetric("otelcol_receiver_tokenwire_capability_up")
+	require.NoError(t, err)
+	g, ok := m.Data.(metricdata.Gauge[int64])
+	require.True(t, ok, "capability_up is a %T", m.Data)
+	out := map[string]upPoint{}
+	for _, dp := range g.DataPoints {
+		c, ok := dp.Attributes.Value(attribute.Key("capability"))
+		require.True(t, ok, "a capability_up point without capability: %v", dp.Attributes)
+		et, _ := dp.Attributes.Value(attribute.Key("error.type"))
+		_, dup := out[c.AsString()]
+		require.False(t, dup, "two capability_up points for %s", c.AsString())
+		out[c.AsString()] = upPoint{up: dp.Value, errorType: et.AsString()}
+	}
+	return out
+}
+
+// errorLogs are the error-level log entries.
+func (o *observed) errorLogs() []observer.LoggedEntry {
+	return o.logs.FilterLevelExact(zapcore.ErrorLevel).All()
+}
+
+// logLine renders an entry the way the collector's console logger does
+// (without its timestamp and caller), for the test log.
+func logLine(e observer.LoggedEntry) string {
+	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level",
+		EncodeLevel: zapcore.LowercaseLevelEncoder})
+	buf, err := enc.EncodeEntry(e.Entry, e.Context)
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(buf.String())
+}
+
+// streamProbeRefused makes the stream probe fail for real on any kernel
+// without kprobes (such as the one this suite is written on): the stream
+// probe's own stream.Open runs with hook order [kprobe], loads its maps and
+// finds nothing it can attach, so it releases them and returns its error.
+// That is what hook_preference: [kprobe] does to the stream probe on a
+// kernel where the handshake probe can use kprobes. The handshake probe
+// and the XDP filter keep the test's real configuration.
+func streamProbeRefused(r *tokenwireReceiver) {
+	r.streamOpen = func(c stream.Config) (*stream.Tracer, error) {
+		c.HookOrder = []hook.Kind{hook.Kprobe}
+		return stream.Open(c)
+	}
+}
+
+// acceptAndClose serves a loopback port that accepts connections and
+// closes them, until the test ends.
+func acceptAndClose(t *testing.T) (net.Listener, int) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln, ln.Addr().(*net.TCPAddr).Port
+}
+
+func ours(t *testing.T, base *bpftest.Baseline, prefix string) []string {
+	t.Helper()
+	o, err := base.Ours()
+	require.NoError(t, err)
+	var names []string
+	for _, n := range append(o.Programs, o.Maps...) {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// TestStreamProbeDownOthersRun: the stream probe cannot attach; Start
+// succeeds, the handshake probe counts every handshake and the XDP filter
+// every dropped frame, exactly; self-telemetry says stream 0, handshake 1,
+// xdp 1; the failure is logged once, with its reason; Shutdown releases
+// everything that started.
+func TestStreamProbeDownOthersRun(t *testing.T) {
+	bpftest.Require(t)
+	// XDP on one end of a veth pair between two namespaces of our own:
+	// nothing else sends there, so every frame counted is ours.
+	a, b := bpftest.VethPair(t)
+	veth := b.Veth(t).Name
+	ln, port := acceptAndClose(t) // its goroutine ends in a cleanup
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	base, err := bpftest.NewBaseline()
+	require.NoError(t, err)
+
+	cfg := createDefaultConfig()
+	cfg.HookPreference = bpftest.HookPreference()
+	cfg.CollectionInterval = 100 * time.Millisecond
+	cfg.Handshake.Ports = []int{port}
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	cfg.XDP.Interfaces = []string{veth}
+	cfg.XDP.Mode = xdp.ModeGeneric
+	cfg.XDP.Blocklist = []string{a.Addr + "/32"}
+	require.NoError(t, cfg.Validate())
+	require.False(t, cfg.Streams.Required)
+
+	o := startObserved(t, cfg, &b, streamProbeRefused)
+	require.NoError(t, o.startErr, "one capability down must not fail Start")
+
+	// The stream probe left nothing loaded; the others are attached.
+	require.Empty(t, ours(t, base, "tw_st_"), "the failed stream probe left objects loaded")
+	require.NotEmpty(t, ours(t, base, "tw_hs_"), "handshake probe not loaded")
+	require.Len(t, b.Veth(t).XDPProgramIDs(), 1, "XDP filter not attached")
+
+	const handshakes, frames = 20, 50
+	for range handshakes {
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		require.NoError(t, err)
+		c.Close()
+	}
+	a.Do(t, func() {
+		conn, err := net.Dial("udp4", b.Addr+":9")
+		require.NoError(t, err)
+		defer conn.Close()
+		for range frames {
+			_, err := conn.Write([]byte("blocked"))
+			require.NoError(t, err)
+		}
+	})
+	client := map[string]any{"network.tcp.handshake.role": "client", "server.port": int64(port)}
+	server := map[string]any{"network.tcp.handshake.role": "server", "server.port": int64(port)}
+	drop := map[string]any{"network.interface.name": veth, "tokenwire.xdp.action": "drop", "tokenwire.xdp.reason": "blocklist"}
+	require.Eventually(t, func() bool {
+		md := lastEmission(o.metrics)
+		c, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", client)
+		s, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", server)
+		d, _ := sumValue(md, "tokenwire.xdp.packets", drop)
+		return c >= handshakes && s >= handshakes && d >= frames
+	}, 5*time.Second, 20*time.Millisecond)
+
+	// Self-telemetry, through the collector's reader.
+	up := o.capabilityUp(t)
+	require.Equal(t, map[string]upPoint{
+		"stream":    {up: 0, errorType: "_OTHER"}, // the stream package's "no program" error carries no errno
+		"handshake": {up: 1},
+		"xdp":       {up: 1},
+	}, up)
+	// The programs gauge has no stream point.
+	attached, err := o.tel.GetMetric("otelcol_receiver_tokenwire_programs_attached")
+	require.NoError(t, err)
+	for _, dp := range attached.Data.(metricdata.Gauge[int64]).DataPoints {
+		c, _ := dp.Attributes.Value("capability")
+		require.NotEqual(t, "stream", c.AsString(), "a stream program reported attached: %v", dp.Attributes)
+	}
+
+	// One error line, naming the capability and the whole reason.
+	errs := o.errorLogs()
+	require.Len(t, errs, 1, "error logs: %v", errs)
+	e := errs[0]
+	t.Logf("logged: %s", logLine(e))
+	require.Equal(t, "tokenwire stream probe could not start; the receiver runs without it", e.Message)
+	require.Empty(t, e.Stack, "a stack trace makes the line many lines and says nothing about the kernel")
+	fields := e.ContextMap()
+	require.Equal(t, "stream", fields["capability"])
+	require.Equal(t, "attaching the stream probe to sock_send_length: no hook type in the preference list has a program for this capability", fields["error"])
+
+	// Shutdown: the final flush has exact totals, and nothing stays.
+	o.shutdown(t)
+	md := lastEmission(o.metrics)
+	for _, attrs := range []map[string]any{client, server} {
+		count, points := histogramCount(md, "tokenwire.tcp.handshake.duration", attrs)
+		require.Equal(t, 1, points, "one series for %v", attrs)
+		require.EqualValues(t, handshakes, count, "handshakes for %v", attrs)
+	}
+	dropped, points := sumValue(md, "tokenwire.xdp.packets", drop)
+	require.Equal(t, 1, points)
+	require.EqualValues(t, frames, dropped)
+	_, streamPoints := sumValue(md, "tokenwire.stream.chunks", nil)
+	require.Zero(t, streamPoints, "stream metrics from a probe that never ran")
+	require.Empty(t, b.Veth(t).XDPProgramIDs(), "Shutdown must detach the XDP filter")
+	after, err := base.WaitGone(2 * time.Second)
+	require.NoError(t, err)
+	require.True(t, after.Empty(), "left loaded after Shutdown: %v", after)
+}
+
+// TestRequiredStreamProbe: with streams.required, the same failure fails
+// Start with the stream probe's reason, and the handshake probe that had
+// already attached is released again.
+func TestRequiredStreamProbe(t *testing.T) {
+	bpftest.Require(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	base, err := bpftest.NewBaseline()
+	require.NoError(t, err)
+
+	cfg := createDefaultConfig()
+	cfg.HookPreference = bpftest.HookPreference()
+	cfg.Streams.Required = true
+	require.NoError(t, cfg.Validate())
+	o := startObserved(t, cfg, nil, streamProbeRefused)
+	require.Error(t, o.startErr)
+	t.Logf("Start: %v", o.startErr)
+	require.Equal(t, "tokenwire stream probe could not start and streams.required is true: "+
+		"attaching the stream probe to sock_send_length: no hook type in the preference list has a program for this capability",
+		o.startErr.Error())
+	// The handshake probe did attach before the stream probe failed.
+	require.Len(t, o.logs.FilterMessage("tokenwire handshake probe attached").All(), 1)
+	require.Empty(t, o.errorLogs(), "a failed Start reports through its error, not a 'runs without it' line")
+	o.shutdown(t)
+	after, err := base.WaitGone(2 * time.Second)
+	require.NoError(t, err)
+	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
+	require.Zero(t, o.metrics.DataPointCount(), "a receiver that failed to start exported data")
+}
+
+// nativeXDPOnLoopback configures the XDP filter on lo in native (driver)
+// mode, which lo's driver does not have: the kernel refuses the attach.
+func nativeXDPOnLoopback(cfg *Config) {
+	cfg.XDP.Interfaces = []string{"lo"}
+	cfg.XDP.Mode = xdp.ModeNative
+}
+
+// TestXDPDownOthersRun: the kernel refuses the XDP filter (xdp.required
+// false); both probes run and count one real stream and its handshakes
+// exactly, and capability_up says why XDP is down.
+func TestXDPDownOthersRun(t *testing.T) {
+	bpftest.Require(t)
+	_, b := bpftest.VethPair(t) // lo of a namespace of our own
+	const streams, events = 3, 5
+	ln := serveSSE(t, sseHandler{think: 5 * time.Millisecond, interval: 2 * time.Millisecond, events: events})
+	port := ln.Addr().(*net.TCPAddr).Port // the server's goroutine ends in a cleanup
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	base, err := bpftest.NewBaseline()
+	require.NoError(t, err)
+
+	cfg := createDefaultConfig()
+	cfg.HookPreference = bpftest.HookPreference()
+	cfg.CollectionInterval = 100 * time.Millisecond
+	cfg.Handshake.Ports = []int{port}
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	nativeXDPOnLoopback(cfg)
+	cfg.XDP.Required = false
+	require.NoError(t, cfg.Validate())
+	o := startObserved(t, cfg, &b, nil)
+	require.NoError(t, o.startErr)
+	require.Empty(t, b.Link(t, "lo").XDPProgramIDs())
+
+	httpClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for range streams {
+		resp, err := httpClient.Get("http://" + ln.Addr().String() + "/")
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	client := map[string]any{"network.tcp.handshake.role": "client", "server.port": int64(port)}
+	server := map[string]any{"network.tcp.handshake.role": "server", "server.port": int64(port)}
+	chunks := map[string]any{"server.port": int64(port)}
+	require.Eventually(t, func() bool {
+		md := lastEmission(o.metrics)
+		cl, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", client)
+		s, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", server)
+		c, _ := sumValue(md, "tokenwire.stream.chunks", chunks)
+		return cl >= streams && s >= streams && c >= streams*events
+	}, 5*time.Second, 20*time.Millisecond)
+
+	up := o.capabilityUp(t)
+	require.Equal(t, map[string]upPoint{"stream": {up: 1}, "handshake": {up: 1}, "xdp": {up: 0, errorType: "EOPNOTSUPP"}}, up)
+	errs := o.errorLogs()
+	require.Len(t, errs, 1, "error logs: %v", errs)
+	t.Logf("logged: %s", logLine(errs[0]))
+	require.Equal(t, "tokenwire XDP filter could not start; the receiver runs without it", errs[0].Message)
+	fields := errs[0].ContextMap()
+	require.Equal(t, "xdp", fields["capability"])
+	require.Contains(t, fields["error"], `xdp: attaching to interface "lo" in native mode: `)
+
+	o.shutdown(t)
+	md := lastEmission(o.metrics)
+	for _, attrs := range []map[string]any{client, server} {
+		n, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", attrs)
+		require.EqualValues(t, streams, n, "one handshake per request: %v", attrs)
+	}
+	c, _ := sumValue(md, "tokenwire.stream.chunks", chunks)
+	require.EqualValues(t, streams*events, c)
+	_, xdpPoints := sumValue(md, "tokenwire.xdp.packets", nil)
+	require.Zero(t, xdpPoints)
+	after, err := base.WaitGone(2 * time.Second)
+	require.NoError(t, err)
+	require.True(t, after.Empty(), "left loaded after Shutdown: %v", after)
+}
+
+// TestXDPRequiredByDefault: with interfaces named and xdp.required left at
+// its default, the same refusal fails Start; the two probes, which had
+// attached for real, are released.
+func TestXDPRequiredByDefault(t *testing.T) {
+	bpftest.Require(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	base, err := bpftest.NewBaseline()
+	require.NoError(t, err)
+	_, b := bpftest.VethPair(t)
+
+	cfg := createDefaultConfig()
+	cfg.HookPreference = bpftest.HookPreference()
+	nativeXDPOnLoopback(cfg)
+	require.NoError(t, cfg.Validate())
+	o := startObserved(t, cfg, &b, nil)
+	require.Error(t, o.startErr)
+	t.Logf("Start: %v", o.startErr)
+	require.True(t, strings.HasPrefix(o.startErr.Error(),
+		`tokenwire XDP filter could not start and xdp.required is true: xdp: attaching to interface "lo" in native mode: `), o.startErr.Error())
+	require.ErrorIs(t, o.startErr, unix.EOPNOTSUPP)
+	require.Len(t, o.logs.FilterMessage("tokenwire handshake probe attached").All(), 1)
+	require.Len(t, o.logs.FilterMessage("tokenwire stream probe attached").All(), 1)
+	require.Empty(t, o.errorLogs())
+	o.shutdown(t)
+	require.Empty(t, b.Link(t, "lo").XDPProgramIDs())
+	after, err := base.WaitGone(2 * time.Second)
+	require.NoError(t, err)
+	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
+}
+
+// TestNoCapabilityStarts: when every enabled capability fails (kprobes,
+// which this kernel does not have, and the refused XDP attach), Start
+// fails, giving each one's reason, even though none is required.
+func TestNoCapabilityStarts(t *testing.T) {
+	bpftest.Require(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	base, err := bpftest.NewBaseline()
+	require.NoError(t, err)
+	_, b := bpftest.VethPair(t)
+
+	cfg := createDefaultConfig()
+	cfg.HookPreference = []string{"kprobe"}
+	nativeXDPOnLoopback(cfg)
+	cfg.XDP.Required = false
+	require.NoError(t, cfg.Validate())
+	o := startObserved(t, cfg, &b, nil)
+	if o.startErr == nil {
+		o.shutdown(t)
+		t.Skip("kprobes work on this kernel: no hook type that fails every probe")
+	}
+	t.Logf("Start: %v", o.startErr)
+	msg := o.startErr.Error()
+	require.True(t, strings.HasPrefix(msg, "no tokenwire capability could start:\n"), msg)
+	for _, want := range []string{
+		"tokenwire handshake probe: attaching the handshake probe: no hook type works on this kernel: kprobe: ",
+		"tokenwire stream probe: attaching the stream probe to sock_send_length: ",
+		`tokenwire XDP filter: xdp: attaching to interface "lo" in native mode: `,
+	} {
+		require.Contains(t, msg, want)
+	}
+	require.Empty(t, o.errorLogs())
+	o.shutdown(t)
+	after, err := base.WaitGone(2 * time.Second)
+	require.NoError(t, err)
+	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
+}
+
+func TestStartErrorType(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("load: the kernel refused tw_hs_fentry: %w", unix.EPERM), "EPERM"},
+		// The first errno in the chain: the first hook type refused.
+		{fmt.Errorf("no hook type works on this kernel: %w", errors.Join(
+			fmt.Errorf("fentry: %w", unix.EPERM), fmt.Errorf("kprobe: %w", unix.ENOENT))), "EPERM"},
+		{errors.New("no hook type in the preference list has a program for this capability"), "_OTHER"},
+		{fmt.Errorf("create link: %w", unix.EOPNOTSUPP), "EOPNOTSUPP"},
+	} {
+		require.Equal(t, tc.want, startErrorType(tc.err), "%v", tc.err)
+	}
+}
