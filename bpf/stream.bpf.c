@@ -71,19 +71,10 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 	if (unread <= 0)
 		return 0;
 
-	struct stream_state *st = state_of(sk);
-	if (!st) {
-		/* First bytes on this connection: the one insert per socket. */
-		__u64 key = (__u64)sk;
-		struct stream_state fresh = {};
-		if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0)
-			count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
-		st = state_of(sk);
-		if (!st)
-			return 0;
-		count(&tw_st_counters, TW_ST_COUNTER_NEW_SOCKETS);
-	}
 	__u64 now = bpf_ktime_get_ns();
+	struct stream_state *st = track(sk, typed, now);
+	if (!st)
+		return 0;
 	if (st->state != TW_ST_REQUEST) {
 		end_stream(sk, st, TW_END_NEXT_REQUEST, now);
 		st->state = TW_ST_REQUEST;
@@ -171,8 +162,7 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	}
 	int err = BPF_CORE_READ(sk, sk_err);
 	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
-	__u64 key = (__u64)sk;
-	bpf_map_delete_elem(&tw_st_socks, &key);
+	forget(sk);
 	return 0;
 }
 

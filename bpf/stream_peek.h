@@ -34,6 +34,7 @@ static __always_inline void capture_request(const struct sock *sk, struct stream
 		return;
 	}
 	r->id.sock = (__u64)sk;
+	r->id.gen = st->gen;
 	r->id.seq = st->seq;
 	r->id.kind = TW_REC_REQUEST;
 	r->id.reason = 0;
@@ -109,6 +110,7 @@ static __always_inline void peek_response(const struct sock *sk, struct stream_s
 		flags = TW_RESP_HTTP;
 	st->resp_flags = flags;
 	r->id.sock = (__u64)sk;
+	r->id.gen = st->gen;
 	r->id.seq = st->seq;
 	r->id.kind = TW_REC_RESPONSE;
 	r->id.reason = flags;

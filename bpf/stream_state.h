@@ -36,6 +36,9 @@ struct stream_state {
 	__u32 pid;
 	__u32 req_captured; /* request bytes read by the application so far */
 	__u32 head_bytes;   /* http mode: bytes of the first write */
+	/* per connection */
+	__u32 portpair;     /* fallback map: tells a reused socket address apart */
+	__u64 gen;          /* when the connection was first seen; 0: new state */
 };
 
 /* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
@@ -53,9 +56,24 @@ struct {
 	__type(value, __u8);
 } tw_st_ports SEC(".maps");
 
-/* Per-socket stream state; max_entries from config. */
+/* Where the per-socket state lives, set by user space before load. With
+ * BTF-typed hooks (fentry/fexit, tp_btf) on Linux 5.11+ it is
+ * socket-local storage: no other connection can take its place, and the
+ * kernel frees it with the socket. Other hook types cannot use it; they
+ * keep the state in tw_st_socks, keyed by the socket's address, which
+ * refuses new connections when full rather than evict one in flight. */
+const volatile __u8 state_in_sk = 0;
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct stream_state);
+} tw_st_sk SEC(".maps");
+
+/* max_entries from config (1 when the state is in socket storage). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
 	__type(value, struct stream_state);
@@ -97,10 +115,67 @@ static __always_inline int watched_sock(const struct sock *sk, const int typed)
 	return port_watched(RD(typed, sk, __sk_common.skc_num));
 }
 
+/* state_of returns the socket's state, or NULL for a connection that
+ * carried no request yet. */
 static __always_inline struct stream_state *state_of(const struct sock *sk)
 {
+	if (state_in_sk)
+		return bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, 0);
 	__u64 key = (__u64)sk;
 	return bpf_map_lookup_elem(&tw_st_socks, &key);
+}
+
+/* track returns the socket's state, making it when the connection is new
+ * to the probe (the one insert per connection), or NULL when there is no
+ * room (counted). */
+static __always_inline struct stream_state *track(const struct sock *sk, const int typed, __u64 now)
+{
+	struct stream_state *st;
+	__u32 portpair = RD(typed, sk, __sk_common.skc_portpair);
+	if (state_in_sk) {
+		st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st) {
+			count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
+			return NULL;
+		}
+		if (st->gen)
+			return st;
+	} else {
+		__u64 key = (__u64)sk;
+		st = bpf_map_lookup_elem(&tw_st_socks, &key);
+		if (st && st->portpair == portpair)
+			return st;
+		if (st) {
+			/* An earlier socket at this address closed without the
+			 * probe seeing it: its state is not this connection's. */
+			count(&tw_st_counters, TW_ST_COUNTER_STALE);
+			st->state = TW_ST_IDLE;
+			st->seq = 0;
+		} else {
+			struct stream_state fresh = {};
+			if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0 ||
+			    !(st = bpf_map_lookup_elem(&tw_st_socks, &key))) {
+				count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
+				return NULL;
+			}
+		}
+	}
+	st->gen = now;
+	st->portpair = portpair;
+	count(&tw_st_counters, TW_ST_COUNTER_NEW_SOCKETS);
+	return st;
+}
+
+/* forget drops the state of a closing socket. */
+static __always_inline void forget(const struct sock *sk)
+{
+	count(&tw_st_counters, TW_ST_COUNTER_CLOSED);
+	if (state_in_sk) {
+		bpf_sk_storage_delete(&tw_st_sk, (struct sock *)sk);
+		return;
+	}
+	__u64 key = (__u64)sk;
+	bpf_map_delete_elem(&tw_st_socks, &key);
 }
 
 /* emit_stats sends a PROGRESS, END or CHUNK record from the state. */
@@ -113,6 +188,7 @@ static __always_inline void emit_stats(const struct sock *sk, struct stream_stat
 		return;
 	}
 	r->id.sock = (__u64)sk;
+	r->id.gen = st->gen;
 	r->id.seq = st->seq;
 	r->id.kind = kind;
 	r->id.reason = reason;
@@ -199,6 +275,7 @@ static __always_inline void chunk(const struct sock *sk, struct stream_state *st
 		if (r) {
 			__builtin_memset(r, 0, sizeof(*r));
 			r->id.sock = (__u64)sk;
+			r->id.gen = st->gen;
 			r->id.seq = st->seq;
 			r->id.kind = TW_REC_CHUNK;
 			r->last_chunk_ts = now;

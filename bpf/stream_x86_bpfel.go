@@ -23,6 +23,7 @@ type StreamPendingCall struct {
 type StreamStreamKey struct {
 	_      structs.HostLayout
 	Sock   uint64
+	Gen    uint64
 	Seq    uint32
 	Kind   uint8
 	Reason uint8
@@ -63,7 +64,8 @@ type StreamStreamState struct {
 	Pid          uint32
 	ReqCaptured  uint32
 	HeadBytes    uint32
-	_            [4]byte
+	Portpair     uint32
+	Gen          uint64
 }
 
 type StreamStreamStats struct {
@@ -118,7 +120,9 @@ const (
 	StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST StreamTwStreamCounter = 0
 	StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS  StreamTwStreamCounter = 1
 	StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED StreamTwStreamCounter = 2
-	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 3
+	StreamTwStreamCounterTW_ST_COUNTER_CLOSED       StreamTwStreamCounter = 3
+	StreamTwStreamCounterTW_ST_COUNTER_STALE        StreamTwStreamCounter = 4
+	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 5
 )
 
 type StreamTwStreamRecord uint32
@@ -147,6 +151,7 @@ const (
 	StreamMapTwStCounters          = "tw_st_counters"
 	StreamMapTwStEvents            = "tw_st_events"
 	StreamMapTwStPorts             = "tw_st_ports"
+	StreamMapTwStSk                = "tw_st_sk"
 	StreamMapTwStSocks             = "tw_st_socks"
 	StreamProgTwStReadyBtf         = "tw_st_ready_btf"
 	StreamProgTwStReadyFe          = "tw_st_ready_fe"
@@ -181,6 +186,7 @@ const (
 	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
 	StreamVarRegsFromBtf           = "regs_from_btf"
 	StreamVarStackRegsOffset       = "stack_regs_offset"
+	StreamVarStateInSk             = "state_in_sk"
 	StreamVarUnusedStreamPayload   = "unused_stream_payload"
 	StreamVarUnusedStreamStats     = "unused_stream_stats"
 	StreamVarUnusedTwEndReason     = "unused_tw_end_reason"
@@ -268,6 +274,7 @@ type StreamMapSpecs struct {
 	TwStCounters *ebpf.MapSpec `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.MapSpec `ebpf:"tw_st_events"`
 	TwStPorts    *ebpf.MapSpec `ebpf:"tw_st_ports"`
+	TwStSk       *ebpf.MapSpec `ebpf:"tw_st_sk"`
 	TwStSocks    *ebpf.MapSpec `ebpf:"tw_st_socks"`
 }
 
@@ -284,6 +291,7 @@ type StreamVariableSpecs struct {
 	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
 	RegsFromBtf           *ebpf.VariableSpec `ebpf:"regs_from_btf"`
 	StackRegsOffset       *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
+	StateInSk             *ebpf.VariableSpec `ebpf:"state_in_sk"`
 	UnusedStreamPayload   *ebpf.VariableSpec `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.VariableSpec `ebpf:"unused_stream_stats"`
 	UnusedTwEndReason     *ebpf.VariableSpec `ebpf:"unused_tw_end_reason"`
@@ -319,6 +327,7 @@ type StreamMaps struct {
 	TwStCounters *ebpf.Map `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.Map `ebpf:"tw_st_events"`
 	TwStPorts    *ebpf.Map `ebpf:"tw_st_ports"`
+	TwStSk       *ebpf.Map `ebpf:"tw_st_sk"`
 	TwStSocks    *ebpf.Map `ebpf:"tw_st_socks"`
 }
 
@@ -328,6 +337,7 @@ func (m *StreamMaps) Close() error {
 		m.TwStCounters,
 		m.TwStEvents,
 		m.TwStPorts,
+		m.TwStSk,
 		m.TwStSocks,
 	)
 }
@@ -345,6 +355,7 @@ type StreamVariables struct {
 	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`
 	RegsFromBtf           *ebpf.Variable `ebpf:"regs_from_btf"`
 	StackRegsOffset       *ebpf.Variable `ebpf:"stack_regs_offset"`
+	StateInSk             *ebpf.Variable `ebpf:"state_in_sk"`
 	UnusedStreamPayload   *ebpf.Variable `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.Variable `ebpf:"unused_stream_stats"`
 	UnusedTwEndReason     *ebpf.Variable `ebpf:"unused_tw_end_reason"`

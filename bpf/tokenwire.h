@@ -96,9 +96,13 @@ enum tw_response_flag {
 	TW_RESP_HTTP = 1 << 0, /* the write starts with "HTTP/1." */
 };
 
-/* Identifies a stream: the socket and the request's number on it. */
+/* Identifies a stream: the socket, the generation of its state (when the
+ * probe first saw the connection, so that a socket address reused by a
+ * later connection never names an older stream) and the request's number
+ * on the connection. */
 struct stream_key {
 	__u64 sock;
+	__u64 gen;
 	__u32 seq;
 	__u8 kind; /* enum tw_stream_record */
 	__u8 reason; /* enum tw_end_reason (END), flags (RESPONSE) */
@@ -139,8 +143,10 @@ struct stream_stats {
 
 enum tw_stream_counter {
 	TW_ST_COUNTER_RINGBUF_LOST = 0,
-	TW_ST_COUNTER_NEW_SOCKETS,     /* sockets that started being tracked */
-	TW_ST_COUNTER_TRACK_FAILED,    /* state insert failed */
+	TW_ST_COUNTER_NEW_SOCKETS,     /* connections that started being tracked */
+	TW_ST_COUNTER_TRACK_FAILED,    /* refused: no room for their state */
+	TW_ST_COUNTER_CLOSED,          /* tracked connections that closed */
+	TW_ST_COUNTER_STALE,           /* state of a socket whose close was not seen, found by its successor */
 	TW_ST_COUNTER_MAX,
 };
 

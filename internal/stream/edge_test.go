@@ -12,7 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/hook"
 )
@@ -319,22 +321,25 @@ func TestSocketStateIsRemovedOnClose(t *testing.T) {
 	}
 }
 
+// kindOffset is where a record's kind sits (struct stream_key).
+const kindOffset = unsafe.Offsetof(bpf.StreamStreamKey{}.Kind)
+
 func TestDecodeAllocatesNothing(t *testing.T) {
 	raw := make([]byte, statsSize)
-	raw[12] = byte(KindProgress)
+	raw[kindOffset] = byte(KindProgress)
 	var rec Record
 	if n := testing.AllocsPerRun(1000, func() { _ = Decode(raw, &rec) }); n != 0 {
 		t.Fatalf("Decode allocates %v times per record", n)
 	}
 	raw = make([]byte, payloadSize)
-	raw[12] = byte(KindRequest)
+	raw[kindOffset] = byte(KindRequest)
 	if n := testing.AllocsPerRun(1000, func() { _ = Decode(raw, &rec) }); n != 0 {
 		t.Fatalf("Decode allocates %v times per payload record", n)
 	}
 	if err := Decode(raw[:10], &rec); err == nil {
 		t.Fatal("Decode accepted a short record")
 	}
-	raw[12] = 99
+	raw[kindOffset] = 99
 	if err := Decode(raw, &rec); err == nil || !strings.Contains(err.Error(), "unknown") {
 		t.Fatalf("Decode of an unknown kind: %v", err)
 	}
@@ -344,7 +349,7 @@ func BenchmarkDecode(b *testing.B) {
 	for _, kind := range []Kind{KindProgress, KindRequest} {
 		b.Run(fmt.Sprint(kind), func(b *testing.B) {
 			raw := make([]byte, payloadSize)
-			raw[12] = byte(kind)
+			raw[kindOffset] = byte(kind)
 			var rec Record
 			b.ReportAllocs()
 			for b.Loop() {
@@ -360,27 +365,36 @@ func BenchmarkDecode(b *testing.B) {
 // stream: where the kernel has a hook point's target, a type it is
 // expected to accept (bpftest.ExpectedHooks) must attach there, and every
 // combination must measure the stream exactly, request details included.
-// Each runs twice where the kernel has bpf_task_pt_regs: with it and with
-// the kernel-stack lookup that older kernels need.
+// Each also runs, where this kernel has the faster way, the way older
+// kernels or other hook types need: syscall registers from the kernel
+// stack where bpf_task_pt_regs exists, and per-connection state in the
+// map where socket storage works.
 func TestEveryHookType(t *testing.T) {
 	bpftest.RequireTracefs(t)
 	expected := bpftest.ExpectedHooks(t)
-	regs := []bool{true}
-	if regsFromBTF() {
-		regs = []bool{false, true}
-	}
+	type variant struct{ stackRegs, stateInMap bool }
 	for _, k := range hook.DefaultOrder {
-		for _, stackRegs := range regs {
-			t.Run(fmt.Sprintf("%s/stackRegs=%v", k, stackRegs), func(t *testing.T) {
+		variants := []variant{{}}
+		if regsFromBTF() {
+			variants = append(variants, variant{stackRegs: true})
+		}
+		if len(typedPrefix([]hook.Kind{k})) > 0 {
+			variants = append(variants, variant{stateInMap: true})
+		}
+		for _, v := range variants {
+			stackRegs := v.stackRegs
+			t.Run(fmt.Sprintf("%s/stackRegs=%v/stateInMap=%v", k, v.stackRegs, v.stateInMap), func(t *testing.T) {
 				srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 5, headersFirst: true}
 				addr, port := serve(t, srv)
 				cfg := testConfig(port)
 				cfg.HookOrder = append([]hook.Kind{k}, hook.DefaultOrder...)
 				cfg.stackRegs = stackRegs
+				cfg.stateInMap = v.stateInMap
 				tr, err := Open(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
+				t.Logf("state in %s", tr.StateStorage())
 				for _, p := range tr.HookPoints() {
 					bpftest.LogHookMatrix(t, "stream", p.Name, k, p.Choice)
 					target := bpftest.Target{Group: TracepointGroup, Tracepoint: p.Name, Function: pointFunction(p.Name)}
@@ -463,6 +477,7 @@ func TestHooksInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	t.Logf("state in %s", tr.StateStorage())
 	for _, p := range tr.HookPoints() {
 		bpftest.LogHooks(t, "stream", p.Name, p.Choice)
 		if p.Choice.Closer == nil && !p.Optional {

@@ -67,6 +67,9 @@ type Config struct {
 	// kernel stack even where bpf_task_pt_regs exists (tests: the way
 	// kernels before 5.15 need).
 	stackRegs bool
+	// stateInMap keeps per-connection state in the map even where socket
+	// storage works (tests: the way untyped hook types and 5.10 need).
+	stateInMap bool
 }
 
 // Kind is a record's kind.
@@ -118,9 +121,12 @@ func (r EndReason) String() string {
 // RespHTTP flags a response whose first write starts with "HTTP/1.".
 const RespHTTP = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
 
-// ID identifies a stream: its socket and the request's number on it.
+// ID identifies a stream: its socket, the generation of the socket's
+// state (a later connection at the same socket address has another) and
+// the request's number on the connection.
 type ID struct {
 	Sock uint64
+	Gen  uint64
 	Seq  uint32
 }
 
@@ -184,9 +190,17 @@ func (s *Stats) HeadBody(headerLen int) uint32 {
 
 // Counters are kernel-side counters summed over CPUs.
 type Counters struct {
+	// RecordsLost counts records the ring buffer had no room for.
 	RecordsLost uint64
-	NewSockets  uint64
+	// NewSockets counts connections that started being tracked, Closed
+	// those of them that closed.
+	NewSockets, Closed uint64
+	// TrackFailed counts connections refused for want of room for their
+	// state (the map's max_sockets; socket storage's allocation).
 	TrackFailed uint64
+	// Stale counts map entries of sockets whose close the probe did not
+	// see, found and reset by a later connection at the same address.
+	Stale uint64
 }
 
 // HookPoint is a kernel event the probe attaches to, and what attached.
@@ -205,6 +219,10 @@ type Tracer struct {
 	reader *ringbuf.Reader
 	record ringbuf.Record
 	ended  recentEnds
+	// inSocket: the state is in socket storage; otherwise mapReason says
+	// why not, when it was tried.
+	inSocket  bool
+	mapReason error
 
 	detachOnce sync.Once
 	detachErr  error
@@ -230,12 +248,46 @@ func (t *Tracer) open(cfg Config) error {
 	if len(cfg.GapBounds) != GapBuckets-1 {
 		return fmt.Errorf("need %d chunk-interval bounds, got %d", GapBuckets-1, len(cfg.GapBounds))
 	}
+	// Socket-local storage needs BTF-typed hooks: it is tried with the
+	// typed types that lead the order, and the state goes to the map
+	// when they do not attach everywhere.
+	if typed := typedPrefix(cfg.HookOrder); len(typed) > 0 && !cfg.stateInMap {
+		err := t.attach(cfg, true, typed)
+		if err == nil {
+			t.inSocket = true
+			return t.openReader()
+		}
+		t.release()
+		t.mapReason = err
+	}
+	if err := t.attach(cfg, false, cfg.HookOrder); err != nil {
+		return err
+	}
+	return t.openReader()
+}
+
+// typedPrefix returns the BTF-typed hook types at the head of order.
+func typedPrefix(order []hook.Kind) []hook.Kind {
+	for i, k := range order {
+		if k != hook.Fentry && k != hook.TPBTF {
+			return order[:i]
+		}
+	}
+	return order
+}
+
+// attach loads the maps and attaches every hook point, with the state in
+// socket storage or in the map.
+func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 	spec, err := bpf.LoadStream()
 	if err != nil {
 		return err
 	}
 	recvArgs, recvErr := recvmsgArgs()
 	spec.Maps["tw_st_socks"].MaxEntries = cfg.MaxSockets
+	if inSocket {
+		spec.Maps["tw_st_socks"].MaxEntries = 1 // unused
+	}
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
 	var bounds [GapBuckets - 1]uint64
 	for i, b := range cfg.GapBounds {
@@ -258,6 +310,7 @@ func (t *Tracer) open(cfg Config) error {
 		"gap_bounds_ns": bounds,
 		"wakeup_bytes":  probe.WakeupBytes(cfg.RingBufferBytes),
 		"regs_from_btf": boolByte(regsFromBTF() && !cfg.stackRegs),
+		"state_in_sk":   boolByte(inSocket),
 		// tcp_recvmsg's flags come after nonblock before Linux 5.19.
 		"recvmsg_flags_arg5": boolByte(recvArgs == 6),
 	} {
@@ -278,22 +331,51 @@ func (t *Tracer) open(cfg Config) error {
 	}
 	maps := map[string]*ebpf.Map{
 		"tw_st_ports":    t.maps.TwStPorts,
+		"tw_st_sk":       t.maps.TwStSk,
 		"tw_st_socks":    t.maps.TwStSocks,
 		"tw_st_events":   t.maps.TwStEvents,
 		"tw_st_counters": t.maps.TwStCounters,
 		"tw_st_calls":    t.maps.TwStCalls,
 	}
 	for _, p := range hookPoints(recvArgs, recvErr) {
-		choice, err := probe.Choose(spec, maps, cfg.HookOrder, p.Variants)
+		choice, err := probe.Choose(spec, maps, order, p.Variants)
 		if err != nil && !p.Optional {
 			return fmt.Errorf("attaching the stream probe to %s: %w", p.Name, err)
 		}
 		t.points = append(t.points, HookPoint{Name: p.Name, Choice: choice, Optional: p.Optional})
 	}
+	return nil
+}
+
+// release detaches every hook point and frees the maps of a failed attach.
+func (t *Tracer) release() {
+	for i := len(t.points) - 1; i >= 0; i-- {
+		if c := t.points[i].Choice.Closer; c != nil {
+			c.Close()
+		}
+	}
+	t.points = nil
+	t.maps.Close()
+	t.maps = bpf.StreamMaps{}
+}
+
+func (t *Tracer) openReader() (err error) {
 	if t.reader, err = ringbuf.NewReader(t.maps.TwStEvents); err != nil {
 		return fmt.Errorf("opening the stream ring buffer: %w", err)
 	}
 	return nil
+}
+
+// StateStorage says where the kernel keeps per-connection state, for the
+// startup log: socket-local storage, or the bounded map and why.
+func (t *Tracer) StateStorage() string {
+	if t.inSocket {
+		return "socket storage"
+	}
+	if t.mapReason != nil {
+		return "map (socket storage did not attach: " + t.mapReason.Error() + ")"
+	}
+	return "map (socket storage needs BTF-typed hooks first in hook_preference)"
 }
 
 // maxROPorts is how many ports the probe reads from .rodata (MAX_RO_PORTS
@@ -377,7 +459,7 @@ func Decode(raw []byte, rec *Record) error {
 	}
 	key := (*bpf.StreamStreamKey)(unsafe.Pointer(&raw[0]))
 	rec.Kind = Kind(key.Kind)
-	rec.ID = ID{Sock: key.Sock, Seq: key.Seq}
+	rec.ID = ID{Sock: key.Sock, Gen: key.Gen, Seq: key.Seq}
 	switch rec.Kind {
 	case KindRequest, KindResponse:
 		if len(raw) < payloadSize {
@@ -416,7 +498,9 @@ func (t *Tracer) Counters() (c Counters, err error) {
 	for idx, dst := range map[bpf.StreamTwStreamCounter]*uint64{
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST: &c.RecordsLost,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS:  &c.NewSockets,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_CLOSED:       &c.Closed,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED: &c.TrackFailed,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_STALE:        &c.Stale,
 	} {
 		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
 			return c, err
@@ -428,10 +512,14 @@ func (t *Tracer) Counters() (c Counters, err error) {
 // Expire ends the stream on sock that went quiet: it removes the socket's
 // state from the kernel (a later request on it starts afresh) and fills rec
 // as the END record would have been, with reason EndIdle and the last write
-// as the end. It reports false when the kernel no longer tracks sock.
-// Addresses are not in the kernel's state: rec.Stats.Local and Remote are
-// left zero.
+// as the end. It reports false when the kernel no longer tracks sock, and
+// always when the state is in socket storage, which user space cannot
+// reach by the socket's address. Addresses are not in the kernel's state:
+// rec.Stats.Local and Remote are left zero.
 func (t *Tracer) Expire(sock uint64, rec *Record) (bool, error) {
+	if t.inSocket {
+		return false, nil
+	}
 	var st bpf.StreamStreamState
 	if err := t.maps.TwStSocks.Lookup(sock, &st); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -446,7 +534,7 @@ func (t *Tracer) Expire(sock uint64, rec *Record) (bool, error) {
 	if end == 0 {
 		end = st.HeadersTs
 	}
-	*rec = Record{Kind: KindEnd, ID: ID{Sock: sock, Seq: st.Seq}, Reason: EndIdle}
+	*rec = Record{Kind: KindEnd, ID: ID{Sock: sock, Gen: st.Gen, Seq: st.Seq}, Reason: EndIdle}
 	if st.State == uint8(bpf.StreamTwStreamStateTW_ST_REQUEST) {
 		rec.Reason = EndNoResponse
 	}
@@ -458,9 +546,17 @@ func (t *Tracer) Expire(sock uint64, rec *Record) (bool, error) {
 	return true, nil
 }
 
-// Sockets counts tracked sockets.
+// Sockets counts tracked connections: the map's entries, or in socket
+// storage those seen opening and not yet closing.
 func (t *Tracer) Sockets() (int, error) {
-	return probe.CountEntries(t.maps.TwStSocks)
+	if !t.inSocket {
+		return probe.CountEntries(t.maps.TwStSocks)
+	}
+	c, err := t.Counters()
+	if err != nil || c.Closed > c.NewSockets {
+		return 0, err
+	}
+	return int(c.NewSockets - c.Closed), nil
 }
 
 func (t *Tracer) detach() error {
