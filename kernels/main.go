@@ -1,0 +1,186 @@
+// Command kernels is `make kernels`: it boots each pinned kernel
+// (kernels/kernels.json) under qemu with a busybox initramfs that carries
+// the BPF packages' test binaries, runs the same test plan in each guest
+// and on this machine's own kernel, and writes the matrix to
+// kernels/results/matrix.{md,json}. It exits 1 if any cell fails.
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// cacheEnv overrides where kernel packages are cached.
+const cacheEnv = "TOKENWIRE_KERNEL_CACHE"
+
+type options struct {
+	pins, cache, work, out, busybox string
+	only                            []string
+	jobs                            int
+	testTimeout, guestTimeout       time.Duration
+}
+
+func main() {
+	var o options
+	var only string
+	flag.StringVar(&o.pins, "pins", "kernels/kernels.json", "kernel pin file")
+	flag.StringVar(&o.cache, "cache", cmp.Or(os.Getenv(cacheEnv), "_build/kernels/cache"), "kernel package cache (env "+cacheEnv+")")
+	flag.StringVar(&o.work, "work", "_build/kernels", "work directory: console logs and the run's temporary files")
+	flag.StringVar(&o.out, "out", "kernels/results", "where matrix.md and matrix.json go")
+	flag.StringVar(&o.busybox, "busybox", "/bin/busybox", "static busybox for the initramfs (Debian: busybox-static)")
+	flag.StringVar(&only, "only", "", "comma-separated rows to run (kernel names, "+nativeRow+"); default all")
+	flag.IntVar(&o.jobs, "jobs", 2, "guests booted at a time")
+	flag.DurationVar(&o.testTimeout, "test-timeout", 5*time.Minute, "per test binary (Go's -test.timeout; killed 30 s later)")
+	flag.DurationVar(&o.guestTimeout, "guest-timeout", 25*time.Minute, "per guest, boot to poweroff (and for the native row)")
+	flag.Parse()
+	if only != "" {
+		o.only = strings.Split(only, ",")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kernels:", err)
+		os.Exit(2)
+	}
+	if !m.OK() {
+		fmt.Fprintf(os.Stderr, "kernels: %d of %d cells failed (see %s)\n", m.Failed, m.Cells, filepath.Join(o.out, "matrix.md"))
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) (*Matrix, error) {
+	start := time.Now()
+	pins, err := LoadPins(o.pins)
+	if err != nil {
+		return nil, err
+	}
+	wanted := func(name string) bool { return len(o.only) == 0 || slices.Contains(o.only, name) }
+	var kernels []Kernel
+	for _, p := range pins {
+		if !wanted(p.Name) {
+			continue
+		}
+		k, err := Fetch(ctx, p, o.pins, o.cache, os.Stderr)
+		if err != nil {
+			return nil, err
+		}
+		kernels = append(kernels, k)
+	}
+
+	pkgs, err := DiscoverPackages(ctx, ".")
+	if err != nil {
+		return nil, err
+	}
+	logs := filepath.Join(o.work, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(o.work, "run-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	stage := filepath.Join(tmp, "stage")
+	if err := BuildTestBinaries(ctx, ".", stage, pkgs, os.Stderr); err != nil {
+		return nil, err
+	}
+	guestPlan := BuildPlan(pkgs, true, o.testTimeout)
+	nativePlan := BuildPlan(pkgs, false, o.testTimeout)
+	if err := os.WriteFile(filepath.Join(stage, "plan.sh"), []byte(PlanScript(guestPlan)), 0o644); err != nil {
+		return nil, err
+	}
+	nativeScript := filepath.Join(tmp, "plan-native.sh")
+	if err := os.WriteFile(nativeScript, []byte(PlanScript(nativePlan)), 0o644); err != nil {
+		return nil, err
+	}
+	initrd := filepath.Join(tmp, "initramfs.cpio.gz")
+	if len(kernels) > 0 {
+		if err := BuildInitramfs(initrd, o.busybox, stage); err != nil {
+			return nil, err
+		}
+	}
+
+	var rows []Row
+	// The native row runs alone first: its timing-sensitive tests must
+	// not compete with qemu for the two cores.
+	if wanted(nativeRow) {
+		base := Row{Name: nativeRow, Distro: osRelease() + " (this machine)", Version: hostRelease(), Mode: "native",
+			ConsoleLog: filepath.Join(logs, nativeRow+".log")}
+		fmt.Fprintf(os.Stderr, "kernels: %s: running the plan on %s\n", nativeRow, base.Version)
+		e := RunNative(ctx, stage, nativeScript, o.guestTimeout, base.ConsoleLog, progress(nativeRow))
+		rows = append(rows, BuildRow(base, nativePlan, e, o.guestTimeout))
+	}
+	guestRows := make([]Row, len(kernels))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(o.jobs, 1))
+	for i, k := range kernels {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			base := Row{Name: k.Name, Distro: k.Distro, Version: k.Version, Mode: "qemu", URL: k.URL, SHA256: k.SHA256,
+				ConsoleLog: filepath.Join(logs, k.Name+".log")}
+			if ctx.Err() != nil {
+				guestRows[i] = BuildRow(base, guestPlan, Exec{Err: ctx.Err()}, o.guestTimeout)
+				return
+			}
+			fmt.Fprintf(os.Stderr, "kernels: %s: booting %s\n", k.Name, filepath.Base(k.Vmlinuz))
+			e := BootGuest(ctx, k, initrd, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+			guestRows[i] = BuildRow(base, guestPlan, e, o.guestTimeout)
+		})
+	}
+	wg.Wait()
+	rows = append(rows, guestRows...)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted: no results written")
+	}
+
+	m := &Matrix{
+		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(),
+		QemuVersion: QemuVersion(), QemuCommand: QemuCommandLine(),
+		Host: fmt.Sprintf("this machine: Linux %s, %d cores", hostRelease(), runtime.NumCPU()),
+		Jobs: o.jobs, Hooks: Hooks(), Rows: rows,
+		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs),
+	}
+	m.Commit, m.Dirty = gitCommit()
+	for _, p := range pkgs {
+		m.Capabilities = append(m.Capabilities, p.Capability)
+	}
+	m.WallSeconds = time.Since(start).Seconds()
+	m.Tally()
+	if err := m.WriteFiles(o.out); err != nil {
+		return nil, err
+	}
+	fmt.Print(m.Markdown())
+	return m, nil
+}
+
+// progress prints the plan's milestones to stderr as they happen, so a CI
+// log shows where a long run is.
+func progress(row string) func(Line) {
+	var mu sync.Mutex
+	return func(l Line) {
+		i := strings.Index(l.Text, marker+" ")
+		if i < 0 {
+			return
+		}
+		verb, arg, _ := strings.Cut(l.Text[i+len(marker)+1:], " ")
+		switch verb {
+		case "boot", "begin", "end", "done":
+			mu.Lock()
+			fmt.Fprintf(os.Stderr, "kernels: %s: +%.1fs %s %s\n", row, l.At.Seconds(), verb, arg)
+			mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/hook"
+)
+
+// The test plan: which binaries run, under which hook order, with which
+// tests excluded. The same plan runs in every guest and natively.
+
+// Environment the plan sets for every test binary. They equal
+// bpftest.RequireEnv and bpftest.HookOrderEnv (checked by a test; this
+// program does not import the test helpers).
+const (
+	requireEnv   = "TOKENWIRE_REQUIRE_BPF"
+	hookOrderEnv = "TOKENWIRE_HOOK_ORDER"
+)
+
+// defaultHook names the run with the default hook order (no
+// TOKENWIRE_HOOK_ORDER).
+const defaultHook = "default"
+
+// Hooks lists the matrix's hook columns: the default order, then each hook
+// type forced first, in hook.DefaultOrder.
+func Hooks() []string {
+	out := []string{defaultHook}
+	for _, k := range hook.DefaultOrder {
+		out = append(out, string(k))
+	}
+	return out
+}
+
+// hookRuns names the capabilities that run once per forced hook type. xdp
+// is not here: XDP has one hook type, the order changes nothing.
+var hookRuns = []string{"stream", "handshake", "receiver"}
+
+// Skip is a test left out of some runs, with the reason.
+type Skip struct {
+	Dir    string `json:"package"` // package directory, e.g. internal/xdp
+	Test   string `json:"test"`    // top-level test name
+	Reason string `json:"reason"`
+}
+
+// Reasons for guestSkips.
+const (
+	needVeth    = "needs bpftest.VethPair: `ip netns add` and a veth pair (iproute2), which busybox's ip cannot make"
+	needNetnsEx = "needs `ip netns exec` (iproute2) to start its child in a namespace, and a veth pair"
+	needSetpriv = "needs `setpriv` (util-linux) to start its child as an unprivileged user; busybox has none"
+)
+
+// guestSkips are the tests that cannot run in a guest: busybox has no
+// iproute2 (network namespaces, veth) and no setpriv. They are passed to
+// the test binaries with -test.skip in the guests only; the native row
+// runs them. A unit test checks this list against the test sources, both
+// ways: every entry names a test that exists, and every test that calls
+// bpftest.VethPair or exec.Command (directly or through a helper of its
+// package) is listed.
+var guestSkips = []Skip{
+	{"internal/handshake", "TestHandshakeAcrossNamespaces", needVeth},
+	{"internal/xdp", "TestFailOpenWhenTheOwnerDies", needNetnsEx},
+	{"internal/xdp", "TestVethDropsBlocklistedSources", needVeth},
+	{"internal/xdp", "TestVethFileEditWhileTrafficFlows", needVeth},
+	{"internal/xdp", "TestForeignProgramIsRefused", needVeth},
+	{"internal/xdp", "TestOpenCloseLeavesNothing", needVeth},
+	{"internal/xdp", "TestInterfaceDisappears", needVeth},
+	{"receiver/tokenwirereceiver", "TestStartWithoutPrivileges", needSetpriv},
+	{"receiver/tokenwirereceiver", "TestXDPFilterInThePipeline", needVeth},
+	{"receiver/tokenwirereceiver", "TestStreamProbeDownOthersRun", needVeth},
+	{"receiver/tokenwirereceiver", "TestXDPDownOthersRun", needVeth},
+	{"receiver/tokenwirereceiver", "TestXDPRequiredByDefault", needVeth},
+	{"receiver/tokenwirereceiver", "TestNoCapabilityStarts", needVeth},
+}
+
+// hookRunSkips are left out of the forced-hook runs; the default run
+// still runs them on every kernel. A forced run takes all other tests of
+// its package: those that load no BPF cost next to nothing, and a new
+// test is run per hook type unless it is listed here.
+var hookRunSkips = []Skip{
+	{"internal/stream", "TestEveryHookType", ownOrder},
+	{"internal/handshake", "TestEveryHookTypeOrAClearRefusal", ownOrder},
+	{"receiver/tokenwirereceiver", "TestFailedStartLeavesNothing", "sets its own hook_preference (kprobe alone), so TOKENWIRE_HOOK_ORDER changes nothing"},
+	{"receiver/tokenwirereceiver", "TestStartShutdownLeavesNothing", "20 Start/Shutdown cycles take about 100 s under emulation; five more runs per kernel do not fit the CI budget, so it runs in the default run only"},
+}
+
+const ownOrder = "tries each hook type alone itself (cfg.HookOrder), so TOKENWIRE_HOOK_ORDER changes nothing: the default run covers every type"
+
+// Run is one execution of one test binary.
+type Run struct {
+	ID      string // <hook>/<capability>, unique in a plan
+	Hook    string // defaultHook or a hook type forced first
+	Pkg     Package
+	Skips   []Skip // excluded with -test.skip: guestSkips, then hookRunSkips
+	Timeout time.Duration
+	// SameAs names the run whose hook order this one would repeat
+	// exactly; such a run is not executed, its cells show that run's.
+	SameAs string
+}
+
+// SkipPattern is the -test.skip value for r ("" when nothing is skipped).
+func (r Run) SkipPattern() string {
+	if len(r.Skips) == 0 {
+		return ""
+	}
+	names := make([]string, len(r.Skips))
+	for i, s := range r.Skips {
+		names[i] = regexp.QuoteMeta(s.Test)
+	}
+	return "^(" + strings.Join(names, "|") + ")$"
+}
+
+// BuildPlan lists the runs: every package once with the default hook
+// order, then the hook-sensitive ones once per forced hook type. guest
+// applies guestSkips.
+//
+// Forcing the first type of the default order (fentry) gives the default
+// order itself (bpftest.HookOrder: the forced type, then the rest of the
+// default order), so that run would repeat the default run test for
+// test; it is marked SameAs instead of run twice.
+func BuildPlan(pkgs []Package, guest bool, timeout time.Duration) []Run {
+	var runs []Run
+	for _, p := range pkgs {
+		r := Run{ID: defaultHook + "/" + p.Capability, Hook: defaultHook, Pkg: p, Timeout: timeout}
+		if guest {
+			r.Skips = skipsFor(guestSkips, p)
+		}
+		runs = append(runs, r)
+	}
+	for _, h := range Hooks()[1:] {
+		for _, p := range pkgs {
+			if !slices.Contains(hookRuns, p.Capability) {
+				continue
+			}
+			r := Run{ID: h + "/" + p.Capability, Hook: h, Pkg: p, Timeout: timeout}
+			if guest {
+				r.Skips = skipsFor(guestSkips, p)
+			}
+			r.Skips = append(r.Skips, skipsFor(hookRunSkips, p)...)
+			if h == string(hook.DefaultOrder[0]) {
+				r.SameAs = defaultHook + "/" + p.Capability
+			}
+			runs = append(runs, r)
+		}
+	}
+	return runs
+}
+
+func skipsFor(list []Skip, p Package) []Skip {
+	var out []Skip
+	for _, s := range list {
+		if s.Dir == p.Dir {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// SkipsOf returns the entries of list (guestSkips, hookRunSkips) for
+// the given packages.
+func SkipsOf(list []Skip, pkgs []Package) []Skip {
+	var out []Skip
+	for _, p := range pkgs {
+		out = append(out, skipsFor(list, p)...)
+	}
+	return out
+}

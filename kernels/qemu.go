@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// qemuArgs are the machine every guest gets. TCG: /dev/kvm on the CI
+// machines is a nested layer that cannot run a guest kernel (KERNEL.md).
+// -nic none: the guests test over loopback only and must reach nothing.
+var qemuArgs = []string{
+	"-accel", "tcg,thread=multi", "-cpu", "max", "-m", "2048", "-smp", "2",
+	"-nographic", "-no-reboot", "-nic", "none",
+}
+
+// kernelCmdline sends the console to the serial port (qemu's stdout) and
+// makes a panic end the guest at once (panic=-1 reboots, -no-reboot exits).
+const kernelCmdline = "console=ttyS0 panic=-1 quiet loglevel=3"
+
+// BootGuest boots k with the initramfs under qemu, wrapped in timeout(1)
+// so that a hung guest ends even if this program is killed, and returns
+// the console's lines. limit bounds the whole guest.
+func BootGuest(ctx context.Context, k Kernel, initrd string, limit time.Duration, logPath string, progress func(Line)) Exec {
+	args := []string{"--kill-after=10", fmt.Sprintf("%d", int(limit.Seconds())), "qemu-system-x86_64"}
+	args = append(args, qemuArgs...)
+	args = append(args, "-kernel", k.Vmlinuz, "-initrd", initrd, "-append", kernelCmdline)
+	// The context outlives timeout(1) a little: it is the backstop.
+	ctx, cancel := context.WithTimeout(ctx, limit+30*time.Second)
+	defer cancel()
+	return streamCmd(ctx, exec.Command("timeout", args...), logPath, progress)
+}
+
+// QemuVersion returns the first line of qemu-system-x86_64 --version.
+func QemuVersion() string {
+	out, err := exec.Command("qemu-system-x86_64", "--version").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(first)
+}
+
+// QemuCommandLine describes how the guests were started, for the report.
+func QemuCommandLine() string {
+	return "qemu-system-x86_64 " + strings.Join(qemuArgs, " ") + " -kernel <vmlinuz> -initrd <initramfs> -append \"" + kernelCmdline + "\""
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sampleMatrix builds a matrix the way run does, from sessions, so the
+// report is tested on what the parser makes of real-looking output.
+func sampleMatrix(t *testing.T) *Matrix {
+	t.Helper()
+	pkgs := []Package{
+		{Dir: "internal/stream", Binary: "stream.test", Capability: "stream"},
+		{Dir: "internal/xdp", Binary: "xdp.test", Capability: "xdp"},
+	}
+	plan := BuildPlan(pkgs, true, time.Minute)
+	var lines []Line
+	add := func(text string) {
+		lines = append(lines, Line{At: time.Duration(len(lines)) * time.Second, Text: text})
+	}
+	add("@@twk boot")
+	add("@@twk kernel 6.1.0-50-cloud-amd64")
+	for _, r := range plan {
+		if r.SameAs != "" {
+			continue
+		}
+		add("@@twk begin " + r.ID)
+		add("@@twk out " + r.ID + " === RUN   TestA")
+		add("@@twk out " + r.ID + "     a_test.go:9: HOOKS capability=stream point=sock_send_length kind=" + map[bool]string{true: "fentry", false: r.Hook}[r.Hook == "default"])
+		if r.ID == "kprobe/stream" {
+			add("@@twk out " + r.ID + "     a_test.go:10: HOOKMATRIX capability=stream point=sock_send_length kind=tp_btf result=refused reason=no such tracepoint | here")
+			add("@@twk out " + r.ID + "     a_test.go:10: HOOKMATRIX capability=stream point=sock_send_length kind=kprobe result=attached reason=")
+			add("@@twk out " + r.ID + "     a_test.go:11: want 5 chunks, got 0")
+			add("@@twk out " + r.ID + " --- FAIL: TestA (1.00s)")
+			add("@@twk out " + r.ID + " FAIL")
+			add("@@twk end " + r.ID + " rc=1")
+			continue
+		}
+		add("@@twk out " + r.ID + " --- PASS: TestA (1.00s)")
+		add("@@twk out " + r.ID + " PASS")
+		add("@@twk end " + r.ID + " rc=0")
+	}
+	add("@@twk done")
+	base := Row{Name: "debian12", Distro: "Debian 12 bookworm", Version: "6.1.176-1", Mode: "qemu", URL: "http://example/k.deb", SHA256: strings.Repeat("a", 64)}
+	guest := BuildRow(base, plan, Exec{Lines: lines, Wall: time.Duration(len(lines)) * time.Second, CPU: 5 * time.Second}, time.Hour)
+	// A guest that never booted.
+	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: []Line{{Text: "Kernel panic - not syncing: VFS"}}, Wall: time.Second}, time.Hour)
+	m := &Matrix{Date: "2026-11-30T00:00:00Z", Commit: "abc", Hooks: Hooks(), Capabilities: []string{"stream", "xdp"},
+		Rows: []Row{guest, dead}, Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), Jobs: 2}
+	m.Tally()
+	return m
+}
+
+func TestReport(t *testing.T) {
+	m := sampleMatrix(t)
+	// Per row: default stream and xdp, then stream for tp_btf,
+	// raw_tracepoint, tracepoint and kprobe (fentry repeats default).
+	if m.Cells != 12 || m.Failed != 7 || m.OK() {
+		t.Fatalf("cells %d failed %d", m.Cells, m.Failed)
+	}
+	guest := m.Rows[0]
+	if guest.OK() || !guest.Finished || guest.BootSeconds != 0 || guest.TestSeconds == 0 || guest.CPUSeconds != 5 {
+		t.Errorf("guest row %+v", guest)
+	}
+	if c, _ := guest.Cell("stream", "fentry"); c.SameAs != "default/stream" || !c.OK {
+		t.Errorf("fentry cell %+v, want the default run's", c)
+	}
+	if c, _ := guest.Cell("stream", "kprobe"); c.OK || c.Failed != 1 || len(c.Failures) != 1 {
+		t.Errorf("kprobe cell %+v", c)
+	}
+	if len(guest.HookMatrix) != 2 {
+		t.Errorf("hook matrix %+v", guest.HookMatrix)
+	}
+	// Compare with the column padding squeezed out.
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	md := m.Markdown()
+	flat := squeeze(md)
+	for _, want := range []string{
+		"**7 of 12 cells failed.**",
+		"| debian12 | pass 1/0/0 | = default | pass 1/0/0 | pass 1/0/0 | pass 1/0/0 | **FAIL** 0/1/0 |",
+		"| debian11 | **FAIL** (not run) | = default | **FAIL** (not run) |",
+		"| debian12 | pass 1/0/0 | - | - | - | - | - |", // xdp runs with the default order only
+		"- **debian11**: the guest never reached /init; Kernel panic - not syncing: VFS (6 runs never started)",
+		"| stream | sock_send_length | ? | refused | ? | ? | attached |",
+		"- stream sock_send_length tp_btf: refused: no such tracepoint | here",
+		"| stream | sock_send_length | fentry | = default | tp_btf | raw_tracepoint | tracepoint | kprobe |",
+		"- **debian12 kprobe/stream** (internal/stream): 1 failed: TestA",
+		"a_test.go:11: want 5 chunks, got 0",
+		"| internal/xdp | TestVethDropsBlocklistedSources |",
+		"| internal/stream | TestEveryHookType |",
+		"| kprobe/stream | 8.0 | - |",
+	} {
+		if !strings.Contains(flat, squeeze(want)) {
+			t.Errorf("matrix.md lacks %q:\n%s", want, md)
+		}
+	}
+
+	dir := t.TempDir()
+	if err := m.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "matrix.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Matrix
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Failed != 7 || len(back.Rows) != 2 || len(back.Rows[0].Runs) != len(guest.Runs) || back.Rows[0].HookMatrix[0].Reason == "" {
+		t.Errorf("matrix.json does not round-trip: %+v", back)
+	}
+}
+
+func TestTable(t *testing.T) {
+	got := table([]string{"a", "bb"}, [][]string{{"x|y", "z"}})
+	want := "| a    | bb  |\n| ---- | --- |\n| x\\|y | z   |\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

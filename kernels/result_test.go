@@ -1,0 +1,51 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestJudge(t *testing.T) {
+	pkg := Package{Dir: "internal/stream", Binary: "stream.test", Capability: "stream"}
+	run := Run{ID: "kprobe/stream", Hook: "kprobe", Pkg: pkg, Timeout: 5 * time.Minute,
+		Skips: []Skip{{Dir: pkg.Dir, Test: "TestX", Reason: "r"}}}
+	out := func(rc int, ended bool, text string) *RunOutput {
+		return &RunOutput{Begun: true, Ended: ended, RC: rc, Begin: time.Second, End: 3 * time.Second, Lines: strings.Split(text, "\n")}
+	}
+	pass := "=== RUN   TestA\n--- PASS: TestA (0.10s)\n=== RUN   TestB\n--- SKIP: TestB (0.00s)\nPASS"
+	for _, tc := range []struct {
+		name    string
+		out     *RunOutput
+		session string
+		ok      bool
+		problem string // substring
+	}{
+		{"pass", out(0, true, pass), "", true, ""},
+		{"failed test", out(1, true, "=== RUN   TestA\n    a_test.go:1: boom\n--- FAIL: TestA (0.10s)\nFAIL"), "", false, "1 failed: TestA"},
+		{"crash", out(2, true, "=== RUN   TestA\npanic: runtime error: index out of range\n\ngoroutine 7"), "", false, "crashed: panic: runtime error"},
+		// A child process's crash that the test printed: the binary went on.
+		{"child crashed", out(1, true, "=== RUN   TestA\nfatal error: all goroutines are asleep - deadlock!\n\ngoroutine 1 [select (no cases)]:\n    a_test.go:3: child died\n--- FAIL: TestA (0.10s)\n=== RUN   TestB\n--- PASS: TestB (0.10s)\nFAIL"), "", false, "1 failed: TestA"},
+		{"go timeout", out(2, true, "=== RUN   TestA\npanic: test timed out after 5m0s"), "", false, "timed out after 5m0s (-test.timeout) in TestA"},
+		{"killed", out(137, true, "=== RUN   TestA"), "", false, "killed (exit 137)"},
+		{"exit code only", out(1, true, pass), "", false, "exit 1 with no failed test"},
+		{"no verdict", out(0, true, "=== RUN   TestA\n--- PASS: TestA (0.10s)"), "", false, "no PASS line"},
+		{"no tests", out(0, true, "testing: warning: no tests to run\nPASS"), "", false, "no tests ran"},
+		{"guest stopped", out(-1, false, "=== RUN   TestA"), "did not finish within 20m", false, "did not end: did not finish within 20m; running TestA"},
+		{"never started", nil, "the guest never reached /init", false, "not run: the guest never reached /init"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := Judge(run, tc.out, tc.session)
+			if res.OK != tc.ok || !strings.Contains(res.Problem, tc.problem) || (tc.ok && res.Problem != "") {
+				t.Errorf("ok %v problem %q, want ok %v problem containing %q", res.OK, res.Problem, tc.ok, tc.problem)
+			}
+			if len(res.Excluded) != 1 || res.Excluded[0] != "TestX" {
+				t.Errorf("excluded %q", res.Excluded)
+			}
+		})
+	}
+	res := Judge(run, out(0, true, pass), "")
+	if res.Passed != 1 || res.Skipped != 1 || res.Failed != 0 || res.Seconds != 2 || len(res.Skips) != 1 {
+		t.Errorf("counts %d/%d/%d, %v s, skips %v", res.Passed, res.Failed, res.Skipped, res.Seconds, res.Skips)
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeTest stands in for a test binary: it prints what the plan gave it
+// and fails under one hook order, so the whole protocol (script, prefix
+// loop, exit codes, parser) is checked with the host's sh, without qemu.
+const fakeTest = `#!/bin/sh
+echo "=== RUN   TestEnv"
+echo "    env_test.go:1: cwd=$(pwd) order=[$TOKENWIRE_HOOK_ORDER] require=$TOKENWIRE_REQUIRE_BPF"
+echo "    env_test.go:2: args: $*"
+printf '    env_test.go:3: a backslash \\n stays, and so does %%s\n'
+if [ "$TOKENWIRE_HOOK_ORDER" = tracepoint ]; then
+	echo "--- FAIL: TestEnv (0.00s)"
+	echo FAIL
+	exit 1
+fi
+if [ "$TOKENWIRE_HOOK_ORDER" = kprobe ]; then
+	echo "panic: boom"
+	exit 2
+fi
+echo "--- PASS: TestEnv (0.00s)"
+printf PASS
+`
+
+func TestPlanScriptNatively(t *testing.T) {
+	root := t.TempDir()
+	pkg := Package{Dir: "internal/handshake", Binary: "handshake.test", Capability: "handshake"}
+	for _, d := range []string{"bin", pkg.Dir} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", pkg.Binary), []byte(fakeTest), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan := BuildPlan([]Package{pkg}, true, time.Minute)
+	script := filepath.Join(root, "plan.sh")
+	if err := os.WriteFile(script, []byte(PlanScript(plan)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TOKENWIRE_HOOK_ORDER", "kprobe") // the script must clear it for the default run
+	e := RunNative(context.Background(), root, script, time.Minute, filepath.Join(t.TempDir(), "log"), nil)
+	if e.Err != nil {
+		t.Fatal(e.Err)
+	}
+	row := BuildRow(Row{Name: nativeRow, Mode: "native"}, plan, e, time.Minute)
+	if !row.Finished || row.Problem != "" {
+		t.Fatalf("row %+v", row)
+	}
+	got := map[string]RunResult{}
+	for _, r := range row.Runs {
+		got[r.ID] = r
+	}
+	def := got["default/handshake"]
+	if !def.OK || def.Passed != 1 {
+		t.Fatalf("default run %+v", def)
+	}
+	tail := func(r RunResult) string { return strings.Join(rawLines(e, r.ID), "\n") }
+	for _, want := range []string{
+		"cwd=" + filepath.Join(root, pkg.Dir) + " order=[] require=1",
+		"args: -test.v -test.count=1 -test.timeout=60s -test.skip=^(TestHandshakeAcrossNamespaces)$",
+		`a backslash \n stays, and so does %s`,
+	} {
+		if !strings.Contains(tail(def), want) {
+			t.Errorf("default run output lacks %q:\n%s", want, tail(def))
+		}
+	}
+	if !strings.Contains(tail(got["tp_btf/handshake"]), "order=[tp_btf]") ||
+		!strings.Contains(tail(got["tp_btf/handshake"]), "-test.skip=^(TestHandshakeAcrossNamespaces|TestEveryHookTypeOrAClearRefusal)$") {
+		t.Errorf("tp_btf run:\n%s", tail(got["tp_btf/handshake"]))
+	}
+	if r := got["fentry/handshake"]; !r.OK || r.SameAs == "" || len(rawLines(e, r.ID)) != 0 {
+		t.Errorf("fentry run %+v was executed or not taken from the default run", r)
+	}
+	if r := got["tracepoint/handshake"]; r.OK || r.ExitCode != 1 || r.Failed != 1 {
+		t.Errorf("tracepoint run %+v", r)
+	}
+	if r := got["kprobe/handshake"]; r.OK || r.ExitCode != 2 || !strings.HasPrefix(r.Problem, "crashed: panic: boom") {
+		t.Errorf("kprobe run %+v", r)
+	}
+}
+
+// rawLines returns the output lines of run id as the parser saw them.
+func rawLines(e Exec, id string) []string {
+	if r := ParseSession(e.Lines).Runs[id]; r != nil {
+		return r.Lines
+	}
+	return nil
+}
