@@ -64,7 +64,7 @@ func toolNeeds(t *testing.T, dir string) (tests []string, needs map[string]strin
 	}
 	fset := token.NewFileSet()
 	calls := map[string][]string{} // function or method name -> names it calls
-	direct := map[string]string{}   // function -> the tool call in its own body
+	direct := map[string]string{}  // function -> the tool call in its own body
 	for _, f := range files {
 		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
 		if err != nil {
