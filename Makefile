@@ -151,3 +151,31 @@ k8s-test: build
 ## grafana-test: decode deploy/grafana/tokenwire.json strictly against Grafana's dashboard schema (own Go module)
 grafana-test:
 	cd deploy/grafana && go test -count=1 ./...
+
+# --- kernel matrix: the BPF suites on other kernels, under qemu (kernels/) ---
+
+# qemu for the guests (TCG: /dev/kvm on these machines cannot run a guest),
+# a static busybox for their initramfs, curl for the kernel packages. Only
+# `make kernels` needs them.
+KERNELS_APT_PACKAGES := qemu-system-x86 busybox-static curl
+# Guests booted at a time: under TCG a guest keeps well under two cores
+# busy (its tests mostly wait), so all three at once finish first on 2 cores.
+KERNELS_JOBS ?= 3
+
+.PHONY: kernels
+
+## kernels: boot each kernel pinned in kernels/kernels.json under qemu and run the BPF suites there, once per hook type, and natively; writes kernels/results/matrix.{md,json} and fails if any cell fails (root; about 20 min on 2 cores)
+kernels: export TOKENWIRE_REQUIRE_BPF := 1
+kernels: deps
+	@missing=(); \
+	for p in $(KERNELS_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$$p"); \
+	done; \
+	if (( $${#missing[@]} )); then \
+		echo "kernels: installing $${missing[*]}"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q; \
+		apt-get install -y -q --no-install-recommends "$${missing[@]}"; \
+	fi
+	go build -o $(BIN_DIR)/kernels ./kernels
+	./$(BIN_DIR)/kernels -jobs $(KERNELS_JOBS)
