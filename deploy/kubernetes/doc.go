@@ -1,5 +1,5 @@
 // Package kubernetes holds the test of tokenwire's Kubernetes manifests
-// (the *.yaml files in this directory and operator/).
+// (the *.yaml files in this directory, xdp/, operator/ and operator/xdp/).
 //
 // It is its own Go module so that k8s.io/api, which the test decodes the
 // manifests into, does not become a dependency of the collector's module.

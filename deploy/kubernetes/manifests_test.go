@@ -3,10 +3,12 @@ package kubernetes
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -42,6 +45,7 @@ type otelCollectorSpec struct {
 	Image           string                      `json:"image,omitempty"`
 	ServiceAccount  string                      `json:"serviceAccount,omitempty"`
 	HostPID         bool                        `json:"hostPID,omitempty"`
+	HostNetwork     bool                        `json:"hostNetwork,omitempty"`
 	Tolerations     []corev1.Toleration         `json:"tolerations,omitempty"`
 	PodAnnotations  map[string]string           `json:"podAnnotations,omitempty"`
 	Env             []corev1.EnvVar             `json:"env,omitempty"`
@@ -171,16 +175,74 @@ func stripComments(doc []byte) []byte {
 	return b.Bytes()
 }
 
-// only returns the single object of type T, failing unless there is
-// exactly one.
-func only[T any](t *testing.T, ms []manifest) T {
+// variant is one way of deploying tokenwire: the files a user applies
+// together (README.md), and what they must add up to.
+type variant struct {
+	name     string
+	files    []string // relative to this directory
+	operator bool     // an OpenTelemetryCollector instead of ConfigMap + DaemonSet
+	xdp      bool     // the XDP filter on: NET_ADMIN and the host network
+}
+
+var variants = []variant{
+	{name: "plain", files: []string{"namespace.yaml", "rbac.yaml", "configmap.yaml", "daemonset.yaml"}},
+	{name: "plain, XDP", xdp: true, files: []string{"namespace.yaml", "rbac.yaml", "configmap.yaml",
+		"xdp/configmap.yaml", "xdp/daemonset.yaml"}},
+	{name: "operator", operator: true, files: []string{"namespace.yaml", "rbac.yaml",
+		"operator/opentelemetrycollector.yaml"}},
+	{name: "operator, XDP", operator: true, xdp: true, files: []string{"namespace.yaml", "rbac.yaml",
+		"operator/xdp/opentelemetrycollector.yaml"}},
+}
+
+// variantNamed returns the variant called name.
+func variantNamed(t *testing.T, name string) variant {
 	t.Helper()
+	for _, v := range variants {
+		if v.name == name {
+			return v
+		}
+	}
+	t.Fatalf("no variant %q", name)
+	return variant{}
+}
+
+// wantCaps are the capabilities a variant adds (after dropping ALL): BPF
+// for maps and programs, PERFMON for tracing programs and
+// perf_event_open, and NET_ADMIN only where the XDP filter is on.
+func (v variant) wantCaps() []string {
+	if v.xdp {
+		return []string{"BPF", "NET_ADMIN", "PERFMON"}
+	}
+	return []string{"BPF", "PERFMON"}
+}
+
+// of returns the manifests of the variant's files.
+func (v variant) of(ms []manifest) []manifest {
+	var out []manifest
+	for _, m := range ms {
+		if slices.Contains(v.files, filepath.ToSlash(m.file)) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// all returns every object of type T.
+func all[T any](ms []manifest) []T {
 	var found []T
 	for _, m := range ms {
 		if o, ok := m.obj.(T); ok {
 			found = append(found, o)
 		}
 	}
+	return found
+}
+
+// only returns the single object of type T, failing unless there is
+// exactly one.
+func only[T any](t *testing.T, ms []manifest) T {
+	t.Helper()
+	found := all[T](ms)
 	if len(found) != 1 {
 		var zero T
 		t.Fatalf("%d objects of type %T, want 1", len(found), zero)
@@ -190,14 +252,40 @@ func only[T any](t *testing.T, ms []manifest) T {
 
 func TestManifestsDecodeStrictly(t *testing.T) {
 	ms := loadManifests(t)
-	kinds := map[string]int{}
+	files := map[string]bool{}
 	for _, m := range ms {
-		kinds[fmt.Sprintf("%T", m.obj)]++
+		files[filepath.ToSlash(m.file)] = true
 	}
-	for _, want := range []string{"*v1.Namespace", "*v1.ServiceAccount", "*v1.ClusterRole", "*v1.ClusterRoleBinding",
-		"*v1.ConfigMap", "*v1.DaemonSet", "*kubernetes.otelCollector"} {
-		if kinds[want] != 1 {
-			t.Errorf("%s: %d in the manifests, want 1", want, kinds[want])
+	// Every manifest belongs to a variant, so the checks below see it.
+	for f := range files {
+		inVariant := false
+		for _, v := range variants {
+			inVariant = inVariant || slices.Contains(v.files, f)
+		}
+		if !inVariant {
+			t.Errorf("%s is in no variant of this test: add it to variants", f)
+		}
+	}
+	for _, v := range variants {
+		for _, f := range v.files {
+			if !files[f] {
+				t.Errorf("variant %s: %s is missing or empty", v.name, f)
+			}
+		}
+		kinds := map[string]int{}
+		for _, m := range v.of(ms) {
+			kinds[fmt.Sprintf("%T", m.obj)]++
+		}
+		want := []string{"*v1.Namespace", "*v1.ServiceAccount", "*v1.ClusterRole", "*v1.ClusterRoleBinding"}
+		if v.operator {
+			want = append(want, "*kubernetes.otelCollector")
+		} else {
+			want = append(want, "*v1.DaemonSet")
+		}
+		for _, k := range want {
+			if kinds[k] != 1 {
+				t.Errorf("variant %s: %d %s, want 1", v.name, kinds[k], k)
+			}
 		}
 	}
 }
@@ -213,19 +301,30 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 	if err := decodeStrict(doc, &otelCollector{}); err == nil {
 		t.Fatal("hostPid (for hostPID) was accepted in the OpenTelemetryCollector")
 	}
+	doc = []byte("apiVersion: opentelemetry.io/v1beta1\nkind: OpenTelemetryCollector\nmetadata: {name: x}\nspec:\n  mode: daemonset\n  hostnetwork: true\n  config: {}\n")
+	if err := decodeStrict(doc, &otelCollector{}); err == nil {
+		t.Fatal("hostnetwork (for hostNetwork) was accepted in the OpenTelemetryCollector")
+	}
 	doc = []byte("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x}\nautomountServiceAccountToken: true\nautomountServiceAccountToken: false\n")
 	if err := decodeStrict(doc, &corev1.ServiceAccount{}); err == nil {
 		t.Fatal("a duplicate key was accepted")
 	}
 }
 
-// wantMounts are the read-only host paths the collector needs.
-var wantMounts = []string{"/sys/kernel/btf", "/sys/fs/bpf", "/sys/kernel/tracing"}
+// wantHostPaths are the host paths the collector mounts, read-only, each
+// at the same path. Only tracefs: classic tracepoints (a hook fallback)
+// read their IDs from it, and the container's own /sys has an empty
+// kernel/tracing. Kernel BTF (/sys/kernel/btf) is in the container's own
+// sysfs; bpffs (/sys/fs/bpf) is only for pinning, and tokenwire pins
+// nothing; /proc is the host's through hostPID.
+var wantHostPaths = []string{"/sys/kernel/tracing"}
 
-// checkPod checks what the DaemonSet and the operator's resource share:
-// the minimal capabilities instead of privileged, and read-only hostPath
-// mounts of BTF, bpffs and tracefs.
-func checkPod(t *testing.T, what string, sc *corev1.SecurityContext, mounts []corev1.VolumeMount, volumes []corev1.Volume) {
+// checkSecurityContext checks the container's privileges: no privileged
+// mode, exactly the capabilities wantCaps after dropping ALL, UID 0 (added
+// capabilities are effective only for root: Kubernetes sets no ambient
+// capabilities), no privilege escalation, a read-only root filesystem and
+// a confining seccomp profile.
+func checkSecurityContext(t *testing.T, what string, sc *corev1.SecurityContext, wantCaps []string) {
 	t.Helper()
 	if sc == nil {
 		t.Fatalf("%s: no securityContext", what)
@@ -241,8 +340,8 @@ func checkPod(t *testing.T, what string, sc *corev1.SecurityContext, mounts []co
 		add = append(add, string(c))
 	}
 	slices.Sort(add)
-	if want := []string{"BPF", "NET_ADMIN", "PERFMON"}; !slices.Equal(add, want) {
-		t.Errorf("%s: capabilities.add %v, want %v", what, add, want)
+	if !slices.Equal(add, wantCaps) {
+		t.Errorf("%s: capabilities.add %v, want exactly %v", what, add, wantCaps)
 	}
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("%s: capabilities.drop %v, want [ALL]", what, sc.Capabilities.Drop)
@@ -250,10 +349,52 @@ func checkPod(t *testing.T, what string, sc *corev1.SecurityContext, mounts []co
 	if sc.RunAsUser == nil || *sc.RunAsUser != 0 {
 		t.Errorf("%s: runAsUser must be 0: added capabilities are only effective for root", what)
 	}
+	if sc.RunAsNonRoot != nil && *sc.RunAsNonRoot {
+		t.Errorf("%s: runAsNonRoot with runAsUser 0 would never start", what)
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation must be false", what)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: readOnlyRootFilesystem must be true", what)
+	}
+	if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+		t.Errorf("%s: procMount %s, want Default", what, *sc.ProcMount)
+	}
+	checkSeccomp(t, what, sc.SeccompProfile, true)
+}
+
+// checkSeccomp checks a seccomp profile: never Unconfined; where required,
+// set to RuntimeDefault (containerd >= 1.6.9 and CRI-O >= 1.31 allow bpf()
+// with CAP_BPF and perf_event_open() with CAP_PERFMON) or a Localhost
+// profile.
+func checkSeccomp(t *testing.T, what string, p *corev1.SeccompProfile, required bool) {
+	t.Helper()
+	switch {
+	case p == nil:
+		if required {
+			t.Errorf("%s: no seccompProfile; want RuntimeDefault", what)
+		}
+	case p.Type == corev1.SeccompProfileTypeUnconfined:
+		t.Errorf("%s: seccompProfile Unconfined; want RuntimeDefault", what)
+	case p.Type == corev1.SeccompProfileTypeLocalhost && (p.LocalhostProfile == nil || *p.LocalhostProfile == ""):
+		t.Errorf("%s: seccompProfile Localhost without localhostProfile", what)
+	case p.Type != corev1.SeccompProfileTypeRuntimeDefault && p.Type != corev1.SeccompProfileTypeLocalhost:
+		t.Errorf("%s: seccompProfile type %q", what, p.Type)
+	}
+}
+
+// checkHostPaths checks that the only host paths mounted are
+// wantHostPaths, read-only, at the same path, without mount propagation.
+func checkHostPaths(t *testing.T, what string, mounts []corev1.VolumeMount, volumes []corev1.Volume) {
+	t.Helper()
 	hostPaths := map[string]string{} // volume name -> host path
 	for _, v := range volumes {
 		if v.HostPath != nil {
 			hostPaths[v.Name] = v.HostPath.Path
+			if v.HostPath.Path == "/sys/fs/bpf" {
+				t.Errorf("%s: bpffs (/sys/fs/bpf) is a volume: tokenwire pins nothing", what)
+			}
 		}
 	}
 	mounted := map[string]bool{}
@@ -268,23 +409,84 @@ func checkPod(t *testing.T, what string, sc *corev1.SecurityContext, mounts []co
 		if m.MountPath != hp {
 			t.Errorf("%s: hostPath %s is mounted at %s; tokenwire looks for it at the same path", what, hp, m.MountPath)
 		}
+		if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
+			t.Errorf("%s: hostPath %s has mount propagation %s", what, hp, *m.MountPropagation)
+		}
 		mounted[hp] = true
 	}
-	for _, p := range wantMounts {
-		if !mounted[p] {
-			t.Errorf("%s: %s is not mounted", what, p)
+	var got []string
+	for _, hp := range hostPaths {
+		got = append(got, hp)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, wantHostPaths) {
+		t.Errorf("%s: hostPath volumes %v, want exactly %v", what, got, wantHostPaths)
+	}
+	for _, hp := range wantHostPaths {
+		if !mounted[hp] {
+			t.Errorf("%s: %s is not mounted", what, hp)
 		}
 	}
-	if len(mounted) != len(wantMounts) {
-		t.Errorf("%s: host paths mounted %v, want exactly %v", what, mounted, wantMounts)
+}
+
+// checkNoUnconfined fails on any Unconfined seccomp profile anywhere in
+// the manifests, the pod level included.
+func checkNoUnconfined(t *testing.T, ms []manifest) {
+	t.Helper()
+	for _, ds := range all[*appsv1.DaemonSet](ms) {
+		pod := ds.Spec.Template.Spec
+		if pod.SecurityContext != nil {
+			checkSeccomp(t, "DaemonSet pod", pod.SecurityContext.SeccompProfile, false)
+		}
+		for _, c := range slices.Concat(pod.InitContainers, pod.Containers) {
+			if c.SecurityContext != nil {
+				checkSeccomp(t, "DaemonSet container "+c.Name, c.SecurityContext.SeccompProfile, false)
+			}
+		}
+	}
+}
+
+func TestNoUnconfinedSeccomp(t *testing.T) {
+	checkNoUnconfined(t, loadManifests(t))
+	// Nor in any file: a profile written in a way the types above miss.
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(stripComments(b), []byte("Unconfined")) {
+			t.Errorf("%s: Unconfined outside a comment", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestDaemonSet(t *testing.T) {
 	ms := loadManifests(t)
+	for _, v := range variants {
+		if v.operator {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) { checkDaemonSetVariant(t, v, v.of(ms)) })
+	}
+}
+
+func checkDaemonSetVariant(t *testing.T, v variant, ms []manifest) {
 	ds := only[*appsv1.DaemonSet](t, ms)
 	sa := only[*corev1.ServiceAccount](t, ms)
-	cm := only[*corev1.ConfigMap](t, ms)
+	cms := map[string]*corev1.ConfigMap{}
+	for _, cm := range all[*corev1.ConfigMap](ms) {
+		cms[cm.Name] = cm
+		if cm.Namespace != ds.Namespace {
+			t.Errorf("ConfigMap %s is in namespace %q, the DaemonSet in %q", cm.Name, cm.Namespace, ds.Namespace)
+		}
+	}
 	pod := ds.Spec.Template.Spec
 
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
@@ -294,8 +496,8 @@ func TestDaemonSet(t *testing.T) {
 	if !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
 		t.Errorf("selector %s does not match the pod template's labels %v", sel, ds.Spec.Template.Labels)
 	}
-	if ds.Namespace != sa.Namespace || ds.Namespace != cm.Namespace {
-		t.Errorf("namespaces differ: DaemonSet %q, ServiceAccount %q, ConfigMap %q", ds.Namespace, sa.Namespace, cm.Namespace)
+	if ds.Namespace != sa.Namespace {
+		t.Errorf("namespaces differ: DaemonSet %q, ServiceAccount %q", ds.Namespace, sa.Namespace)
 	}
 	if pod.ServiceAccountName != sa.Name {
 		t.Errorf("serviceAccountName %q, want %q", pod.ServiceAccountName, sa.Name)
@@ -303,11 +505,27 @@ func TestDaemonSet(t *testing.T) {
 	if !pod.HostPID {
 		t.Error("hostPID is off: tokenwire's process.pid and container.id need the host's /proc")
 	}
-	if len(pod.Containers) != 1 {
-		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	if pod.HostIPC {
+		t.Error("hostIPC is on: nothing needs it")
+	}
+	if pod.HostNetwork != v.xdp {
+		t.Errorf("hostNetwork %v; want it only with the XDP filter (the node's interfaces)", pod.HostNetwork)
+	}
+	if pod.HostNetwork && pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork with dnsPolicy %q: the OTLP endpoint's service name would not resolve", pod.DNSPolicy)
+	}
+	if pod.ShareProcessNamespace != nil && *pod.ShareProcessNamespace {
+		t.Error("shareProcessNamespace is on")
+	}
+	if len(pod.InitContainers) != 0 || len(pod.Containers) != 1 {
+		t.Fatalf("%d init containers and %d containers, want 0 and 1", len(pod.InitContainers), len(pod.Containers))
 	}
 	c := pod.Containers[0]
-	checkPod(t, "DaemonSet", c.SecurityContext, c.VolumeMounts, pod.Volumes)
+	checkSecurityContext(t, "DaemonSet", c.SecurityContext, v.wantCaps())
+	checkHostPaths(t, "DaemonSet", c.VolumeMounts, pod.Volumes)
+	if pod.SecurityContext != nil {
+		checkSeccomp(t, "DaemonSet pod", pod.SecurityContext.SeccompProfile, false)
+	}
 
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		if _, ok := c.Resources.Requests[r]; !ok {
@@ -317,6 +535,11 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("no %s limit", r)
 		}
 	}
+
+	// Every --config the collector reads is a key of a ConfigMap of the
+	// variant, mounted where the argument says.
+	texts := configFiles(t, c, pod.Volumes, cms)
+	cfg := mergedConfig(t, texts)
 
 	// The readiness probe asks the collector's health_check extension.
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil {
@@ -332,23 +555,92 @@ func TestDaemonSet(t *testing.T) {
 			}
 		}
 	}
-	cfg := collectorConfig(t, cm.Data["config.yaml"])
 	hc := dig(cfg, "extensions", "health_check", "endpoint")
 	if !strings.HasSuffix(fmt.Sprint(hc), fmt.Sprintf(":%d", probePort)) {
 		t.Errorf("readiness probe on port %d, health_check listens on %v", probePort, hc)
 	}
+	checkXDPConfig(t, v, cfg)
+	checkEnv(t, "DaemonSet", c.Env, strings.Join(texts, "\n"))
+}
 
-	// The config is mounted, and what it reads from the environment is set.
-	var cmMounted bool
-	for _, v := range pod.Volumes {
-		if v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
-			cmMounted = true
+// configFiles returns the texts of the collector configs that the
+// container's --config arguments name, in order, failing where one is not
+// a key of a ConfigMap volume mounted at its directory.
+func configFiles(t *testing.T, c corev1.Container, volumes []corev1.Volume, cms map[string]*corev1.ConfigMap) []string {
+	t.Helper()
+	byName := map[string]corev1.Volume{}
+	for _, v := range volumes {
+		byName[v.Name] = v
+	}
+	var texts []string
+	for _, arg := range slices.Concat(c.Command, c.Args) {
+		path, ok := strings.CutPrefix(arg, "--config=")
+		if !ok {
+			continue
 		}
+		dir, key := filepath.Dir(path), filepath.Base(path)
+		var text string
+		found := false
+		for _, m := range c.VolumeMounts {
+			v := byName[m.Name]
+			if m.MountPath != dir || v.ConfigMap == nil {
+				continue
+			}
+			cm, ok := cms[v.ConfigMap.Name]
+			if !ok {
+				t.Errorf("--config=%s: ConfigMap %s is not in the variant", path, v.ConfigMap.Name)
+				continue
+			}
+			text, found = cm.Data[key]
+			if !found {
+				t.Errorf("--config=%s: ConfigMap %s has no key %s", path, cm.Name, key)
+			}
+		}
+		if !found {
+			t.Errorf("--config=%s: no ConfigMap volume with that key is mounted at %s", path, dir)
+			continue
+		}
+		texts = append(texts, text)
 	}
-	if !cmMounted {
-		t.Errorf("ConfigMap %s is not a volume of the pod", cm.Name)
+	if len(texts) == 0 {
+		t.Fatal("the container reads no --config from a ConfigMap")
 	}
-	checkEnv(t, "DaemonSet", c.Env, cm.Data["config.yaml"])
+	return texts
+}
+
+// mergedConfig parses collector configs and merges them in order as the
+// collector does with several --config flags: maps merge key by key,
+// anything else is replaced.
+func mergedConfig(t *testing.T, texts []string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, text := range texts {
+		out = mergeMaps(out, collectorConfig(t, text))
+	}
+	return out
+}
+
+func mergeMaps(dst, src map[string]any) map[string]any {
+	for k, sv := range src {
+		if sm, ok := sv.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = mergeMaps(dm, sm)
+				continue
+			}
+		}
+		dst[k] = sv
+	}
+	return dst
+}
+
+// checkXDPConfig checks that the XDP filter is on (xdp.interfaces set)
+// exactly in the variants that grant NET_ADMIN.
+func checkXDPConfig(t *testing.T, v variant, cfg map[string]any) {
+	t.Helper()
+	ifaces, _ := dig(cfg, "receivers", "tokenwire", "xdp", "interfaces").([]any)
+	if on := len(ifaces) > 0; on != v.xdp {
+		t.Errorf("XDP filter on: %v (xdp.interfaces %v); the variant grants NET_ADMIN: %v", on, ifaces, v.xdp)
+	}
 }
 
 // checkEnv checks that every ${env:X} of the collector config is set.
@@ -423,46 +715,188 @@ func TestRBAC(t *testing.T) {
 }
 
 func TestOperatorCollector(t *testing.T) {
-	ms := loadManifests(t)
-	oc := only[*otelCollector](t, ms)
-	sa := only[*corev1.ServiceAccount](t, ms)
-	if oc.Spec.Mode != "daemonset" {
-		t.Errorf("mode %q, want daemonset", oc.Spec.Mode)
-	}
-	if !oc.Spec.HostPID {
-		t.Error("hostPID is off")
-	}
-	if oc.Spec.ServiceAccount != sa.Name || oc.Namespace != sa.Namespace {
-		t.Errorf("serviceAccount %s/%s, want %s/%s", oc.Namespace, oc.Spec.ServiceAccount, sa.Namespace, sa.Name)
-	}
-	checkPod(t, "OpenTelemetryCollector", oc.Spec.SecurityContext, oc.Spec.VolumeMounts, oc.Spec.Volumes)
-	cfg, err := yaml.Marshal(oc.Spec.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkEnv(t, "OpenTelemetryCollector", oc.Spec.Env, string(cfg))
-	if _, ok := dig(oc.Spec.Config, "extensions", "health_check").(map[string]any); !ok {
-		t.Error("no health_check extension: the operator derives the probes from it")
+	allMs := loadManifests(t)
+	for _, v := range variants {
+		if !v.operator {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			ms := v.of(allMs)
+			oc := only[*otelCollector](t, ms)
+			sa := only[*corev1.ServiceAccount](t, ms)
+			if oc.Spec.Mode != "daemonset" {
+				t.Errorf("mode %q, want daemonset", oc.Spec.Mode)
+			}
+			if !oc.Spec.HostPID {
+				t.Error("hostPID is off")
+			}
+			if oc.Spec.HostNetwork != v.xdp {
+				t.Errorf("hostNetwork %v; want it only with the XDP filter (the node's interfaces)", oc.Spec.HostNetwork)
+			}
+			if oc.Spec.ServiceAccount != sa.Name || oc.Namespace != sa.Namespace {
+				t.Errorf("serviceAccount %s/%s, want %s/%s", oc.Namespace, oc.Spec.ServiceAccount, sa.Namespace, sa.Name)
+			}
+			checkSecurityContext(t, "OpenTelemetryCollector", oc.Spec.SecurityContext, v.wantCaps())
+			checkHostPaths(t, "OpenTelemetryCollector", oc.Spec.VolumeMounts, oc.Spec.Volumes)
+			cfg, err := yaml.Marshal(oc.Spec.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkEnv(t, "OpenTelemetryCollector", oc.Spec.Env, string(cfg))
+			if _, ok := dig(oc.Spec.Config, "extensions", "health_check").(map[string]any); !ok {
+				t.Error("no health_check extension: the operator derives the probes from it")
+			}
+			checkXDPConfig(t, v, oc.Spec.Config)
+		})
 	}
 }
 
-// TestCollectorConfigs checks the two embedded collector configurations:
-// they associate pods by container.id, and the built collector validates
-// them.
-func TestCollectorConfigs(t *testing.T) {
+// TestXDPVariantsDifferOnlyAsDocumented checks that each XDP variant is its
+// base with exactly the documented changes (the header comments of
+// xdp/daemonset.yaml and operator/xdp/opentelemetrycollector.yaml), so the
+// copies cannot drift from the base and no privilege slips in unnoticed.
+func TestXDPVariantsDifferOnlyAsDocumented(t *testing.T) {
 	ms := loadManifests(t)
-	cm := only[*corev1.ConfigMap](t, ms)
-	oc := only[*otelCollector](t, ms)
-	ocYAML, err := yaml.Marshal(oc.Spec.Config)
+	t.Run("DaemonSet", func(t *testing.T) {
+		base := only[*appsv1.DaemonSet](t, variantNamed(t, "plain").of(ms))
+		got := only[*appsv1.DaemonSet](t, variantNamed(t, "plain, XDP").of(ms))
+		want := base.DeepCopy()
+		pod := &want.Spec.Template.Spec
+		pod.HostNetwork = true
+		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "xdp-config", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "tokenwire-xdp-config"}}}})
+		c := &pod.Containers[0]
+		c.Args = append(c.Args, "--config=/etc/tokenwire-xdp/xdp.yaml")
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "xdp-config", MountPath: "/etc/tokenwire-xdp", ReadOnly: true})
+		c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "NET_ADMIN")
+		for _, p := range []*corev1.PodSpec{pod, &got.Spec.Template.Spec} {
+			slices.SortFunc(p.Volumes, func(a, b corev1.Volume) int { return strings.Compare(a.Name, b.Name) })
+			slices.SortFunc(p.Containers[0].VolumeMounts, func(a, b corev1.VolumeMount) int { return strings.Compare(a.Name, b.Name) })
+			slices.Sort(p.Containers[0].SecurityContext.Capabilities.Add)
+		}
+		if !apiequality.Semantic.DeepEqual(want, got) {
+			t.Errorf("xdp/daemonset.yaml differs from daemonset.yaml beyond the documented changes:\n%s", jsonDiff(t, want, got))
+		}
+
+		// The filter's own ConfigMap holds nothing but receivers.tokenwire.xdp,
+		// so that merging it cannot change anything else.
+		var xcm *corev1.ConfigMap
+		for _, cm := range all[*corev1.ConfigMap](ms) {
+			if cm.Name == "tokenwire-xdp-config" {
+				xcm = cm
+			}
+		}
+		if xcm == nil {
+			t.Fatal("no ConfigMap tokenwire-xdp-config")
+		}
+		if len(xcm.Data) != 1 || xcm.Data["xdp.yaml"] == "" {
+			t.Fatalf("tokenwire-xdp-config has keys %v, want only xdp.yaml", slices.Collect(maps.Keys(xcm.Data)))
+		}
+		cfg := collectorConfig(t, xcm.Data["xdp.yaml"])
+		xdp := dig(cfg, "receivers", "tokenwire", "xdp")
+		stripped := deepCopyMap(cfg)
+		if tw, ok := dig(stripped, "receivers", "tokenwire").(map[string]any); ok {
+			delete(tw, "xdp")
+		}
+		if _, ok := xdp.(map[string]any); !ok || fmt.Sprint(stripped) != "map[receivers:map[tokenwire:map[]]]" {
+			t.Errorf("xdp.yaml sets more than receivers.tokenwire.xdp: %v", cfg)
+		}
+	})
+	t.Run("OpenTelemetryCollector", func(t *testing.T) {
+		base := only[*otelCollector](t, variantNamed(t, "operator").of(ms))
+		got := only[*otelCollector](t, variantNamed(t, "operator, XDP").of(ms))
+		want := *base
+		want.Spec.HostNetwork = true
+		want.Spec.SecurityContext = base.Spec.SecurityContext.DeepCopy()
+		want.Spec.SecurityContext.Capabilities.Add = append(want.Spec.SecurityContext.Capabilities.Add, "NET_ADMIN")
+		// The config differs by receivers.tokenwire.xdp alone.
+		xdp, ok := dig(got.Spec.Config, "receivers", "tokenwire", "xdp").(map[string]any)
+		if !ok {
+			t.Fatal("operator/xdp: no receivers.tokenwire.xdp")
+		}
+		if dig(base.Spec.Config, "receivers", "tokenwire", "xdp") != nil {
+			t.Fatal("operator: the base sets receivers.tokenwire.xdp")
+		}
+		want.Spec.Config = mergeMaps(deepCopyMap(base.Spec.Config),
+			map[string]any{"receivers": map[string]any{"tokenwire": map[string]any{"xdp": xdp}}})
+		if !apiequality.Semantic.DeepEqual(&want, got) {
+			t.Errorf("operator/xdp/opentelemetrycollector.yaml differs from operator/opentelemetrycollector.yaml beyond the documented changes:\n%s",
+				jsonDiff(t, &want, got))
+		}
+	})
+}
+
+// deepCopyMap copies nested maps (the leaves are shared).
+func deepCopyMap(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if vm, ok := v.(map[string]any); ok {
+			v = deepCopyMap(vm)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// jsonDiff shows where two objects differ: their indented JSON, the lines
+// that differ between the first and the last difference.
+func jsonDiff(t *testing.T, want, got any) string {
+	t.Helper()
+	a, err := json.MarshalIndent(want, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	configs := map[string]string{
-		"configmap.yaml":                       cm.Data["config.yaml"],
-		"operator/opentelemetrycollector.yaml": string(ocYAML),
+	b, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for name, text := range configs {
-		cfg := collectorConfig(t, text)
+	al, bl := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	i := 0
+	for i < len(al) && i < len(bl) && al[i] == bl[i] {
+		i++
+	}
+	ja, jb := len(al), len(bl)
+	for ja > i && jb > i && al[ja-1] == bl[jb-1] {
+		ja--
+		jb--
+	}
+	var out strings.Builder
+	for _, l := range al[i:ja] {
+		out.WriteString("- " + l + "\n")
+	}
+	for _, l := range bl[i:jb] {
+		out.WriteString("+ " + l + "\n")
+	}
+	return out.String()
+}
+
+// TestCollectorConfigs checks the collector configuration of every
+// variant: pods are associated by container.id, and the built collector
+// validates it (with two --config files where the variant has two).
+func TestCollectorConfigs(t *testing.T) {
+	ms := loadManifests(t)
+	configs := map[string][]string{} // variant -> config texts, in --config order
+	for _, v := range variants {
+		vms := v.of(ms)
+		if v.operator {
+			oc := only[*otelCollector](t, vms)
+			text, err := yaml.Marshal(oc.Spec.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			configs[v.name] = []string{string(text)}
+			continue
+		}
+		ds := only[*appsv1.DaemonSet](t, vms)
+		cms := map[string]*corev1.ConfigMap{}
+		for _, cm := range all[*corev1.ConfigMap](vms) {
+			cms[cm.Name] = cm
+		}
+		configs[v.name] = configFiles(t, ds.Spec.Template.Spec.Containers[0], ds.Spec.Template.Spec.Volumes, cms)
+	}
+	for name, texts := range configs {
+		cfg := mergedConfig(t, texts)
 		assoc := fmt.Sprint(dig(cfg, "processors", "k8s_attributes", "pod_association"))
 		if !strings.Contains(assoc, "name:container.id") || !strings.Contains(assoc, "from:resource_attribute") {
 			t.Errorf("%s: k8s_attributes pod_association %s, want container.id from the resource", name, assoc)
@@ -486,17 +920,21 @@ func TestCollectorConfigs(t *testing.T) {
 		t.Skipf("collector binary %s not built (make build); skipping `validate`", bin)
 	}
 	dir := t.TempDir()
-	for name, text := range configs {
-		path := filepath.Join(dir, strings.ReplaceAll(name, "/", "_"))
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
+	for name, texts := range configs {
+		args := []string{"validate"}
+		for i, text := range texts {
+			path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", strings.NewReplacer(" ", "", ",", "-").Replace(name), i))
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--config", path)
 		}
-		cmd := exec.Command(bin, "validate", "--config", path)
+		cmd := exec.Command(bin, args...)
 		// What the pod's environment would hold.
 		cmd.Env = append(os.Environ(), "POD_IP=192.0.2.7", "K8S_NODE_NAME=node-1",
 			"OTLP_TRACES_ENDPOINT=tempo.observability.svc.cluster.local:4317")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("%s: %s validate: %v\n%s", name, bin, err, out)
+			t.Errorf("%s: %s %s: %v\n%s", name, bin, strings.Join(args, " "), err, out)
 		}
 	}
 }
