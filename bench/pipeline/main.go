@@ -7,12 +7,14 @@
 //     Tracer.Read, the receiver's first stage), END records only;
 //   - record: the same with whole streams (REQUEST, RESPONSE, PROGRESS,
 //     END: two 576-byte and two 208-byte records per stream);
-//   - metrics: whole streams through the whole user-space side: decode,
-//     the receiver's aggregation (tokenwirereceiver.StreamAggregator: the
-//     open-stream table, head parsing, caps, series) and pdata metrics
-//     built every -interval, all on the reader thread;
-//   - spans: as metrics, with one span per stream, taken every second as
-//     the receiver's span flush does.
+//   - metrics: whole streams through the receiver's user-space side up to
+//     its translation: decode, aggregation (internal/streamagg: the
+//     open-stream table, head parsing, caps, series) and the snapshot of
+//     every series the receiver takes every -interval, all on the reader
+//     thread; the translation of a snapshot into pdata is measured by the
+//     receiver's BenchmarkEmission;
+//   - spans: as metrics, with one span record per stream, taken every
+//     -interval.
 //
 // Every stage runs at each ring buffer size in -rings: where loss starts
 // depends on the ring's room more than on the reader's per-record cost.
@@ -43,15 +45,14 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
-	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/probe"
+	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
-	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver"
+	"github.com/tokenwire/tokenwire/internal/streamagg"
 )
 
 var (
@@ -109,7 +110,7 @@ type reader struct {
 	consumed atomic.Uint64
 	ends     atomic.Uint64
 	builds   atomic.Uint64
-	agg      atomic.Pointer[tokenwirereceiver.StreamAggregator]
+	agg      atomic.Pointer[streamagg.Aggregator]
 	err      error
 }
 
@@ -122,7 +123,7 @@ func (r *reader) run(cpu int, done chan<- struct{}) {
 	}
 	r.tid.Store(int64(unix.Gettid()))
 	var rec stream.Record
-	var cur *tokenwirereceiver.StreamAggregator
+	var cur *streamagg.Aggregator
 	var lastBuild time.Time
 	for n := uint64(1); ; n++ {
 		if err := r.tr.Read(&rec); err != nil {
@@ -142,8 +143,8 @@ func (r *reader) run(cpu int, done chan<- struct{}) {
 			// Checking the clock every 256 records is enough at these rates.
 			if n%256 == 0 && time.Since(lastBuild) >= *interval {
 				now := time.Now()
-				_ = a.Metrics(pcommon.NewTimestampFromTime(now))
-				_ = a.Spans()
+				_ = a.Snapshot()
+				_ = a.TakeSpans()
 				lastBuild = now
 				r.builds.Add(1)
 			}
@@ -283,10 +284,11 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 		if err := objs.WholeStreams.Set(whole); err != nil {
 			return nil, err
 		}
-		var agg *tokenwirereceiver.StreamAggregator
+		var agg *streamagg.Aggregator
+		var skipped, evicted atomic.Uint64
 		if st.agg {
-			host, _ := os.Hostname()
-			agg = tokenwirereceiver.NewStreamAggregator(receivertest.NewNopSettings(tokenwirereceiver.NewFactory().Type()), st.spans, host)
+			agg = streamagg.New(streamagg.Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100, Spans: st.spans,
+				OnSkip: func(string) { skipped.Add(1) }, OnEvict: func() { evicted.Add(1) }}, procinfo.NewCache(4096))
 		}
 		r.agg.Store(agg)
 		// Warm-up, not recorded: the reader's first wake-ups, page faults
@@ -307,8 +309,8 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 				ringBytes>>10, s.stage, target, float64(s.produced)/s.seconds, s.lost, 100*float64(s.lost)/float64(max(s.produced, 1)), s.consumed,
 				s.allocsPerRecord(), s.readerNsPerRecord(), s.busy(), s.waiting())
 		}
-		if agg != nil && agg.Skipped+agg.Evicted > 0 {
-			fmt.Fprintf(os.Stderr, "pipeline: %s: %d streams skipped, %d evicted (lost REQUEST/RESPONSE records)\n", st.name, agg.Skipped, agg.Evicted)
+		if skipped.Load()+evicted.Load() > 0 {
+			fmt.Fprintf(os.Stderr, "pipeline: %s: %d streams skipped, %d evicted (lost REQUEST/RESPONSE records)\n", st.name, skipped.Load(), evicted.Load())
 		}
 	}
 	r.agg.Store(nil)

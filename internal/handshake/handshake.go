@@ -6,16 +6,13 @@
 package handshake
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
@@ -96,15 +93,9 @@ type Counters struct {
 
 // Tracer is a loaded and attached handshake probe.
 type Tracer struct {
+	probe.Tracer
 	maps   bpf.HandshakeMaps
 	choice hook.Choice
-	reader *ringbuf.Reader
-	record ringbuf.Record
-
-	detachOnce sync.Once
-	detachErr  error
-	closeOnce  sync.Once
-	closeErr   error
 }
 
 const tracepointGroup, tracepointName, kernelFunc = "sock", "inet_sock_set_state", "tcp_set_state"
@@ -140,6 +131,7 @@ func (t *Tracer) open(cfg Config) (err error) {
 	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
 		return fmt.Errorf("loading handshake maps: %w", err)
 	}
+	t.SetMaps(&t.maps)
 	for _, p := range cfg.Ports {
 		if err := t.maps.TwHsPorts.Put(uint32(p), uint8(1)); err != nil {
 			return fmt.Errorf("setting watched port %d: %w", p, err)
@@ -156,8 +148,8 @@ func (t *Tracer) open(cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("attaching the handshake probe: %w", err)
 	}
-
-	if t.reader, err = ringbuf.NewReader(t.maps.TwHsEvents); err != nil {
+	t.Attached(t.choice.Closer)
+	if err := t.OpenRing(t.maps.TwHsEvents); err != nil {
 		return fmt.Errorf("opening the handshake ring buffer: %w", err)
 	}
 	return nil
@@ -181,22 +173,15 @@ func (t *Tracer) Hook() hook.Choice { return t.choice }
 // ErrClosed once Close has been called. Read is not safe for concurrent use
 // and allocates nothing.
 func (t *Tracer) Read(ev *Event) error {
-	for {
-		if err := probe.ReadRing(t.reader, &t.record); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
-				return ErrClosed
-			}
-			return err
-		}
-		if err := Decode(t.record.RawSample, ev); err != nil {
-			return err
-		}
-		return nil
+	raw, err := t.Next()
+	if err != nil {
+		return err
 	}
+	return Decode(raw, ev)
 }
 
 // ErrClosed is returned by Read after Close.
-var ErrClosed = errors.New("handshake tracer closed")
+var ErrClosed = probe.ErrClosed
 
 // recordSize is the size of struct handshake_event.
 const recordSize = int(unsafe.Sizeof(bpf.HandshakeEvent{}))
@@ -235,39 +220,4 @@ func (t *Tracer) Counters() (c Counters, err error) {
 // TrackedSockets counts client sockets whose handshake is in flight.
 func (t *Tracer) TrackedSockets() (int, error) {
 	return probe.CountEntries(t.maps.TwHsSynSent)
-}
-
-func (t *Tracer) detach() error {
-	t.detachOnce.Do(func() {
-		if t.choice.Closer != nil {
-			t.detachErr = t.choice.Closer.Close()
-		}
-	})
-	return t.detachErr
-}
-
-// Stop detaches the probe, so the kernel writes no more events, and lets
-// Read return the events already in the ring buffer before it returns
-// ErrClosed: a collector that shuts down reports everything that happened
-// while it ran. Close is still needed to free the maps.
-func (t *Tracer) Stop() error {
-	err := t.detach()
-	if t.reader != nil {
-		err = errors.Join(err, t.reader.Flush())
-	}
-	return err
-}
-
-// Close detaches the probe, stops a blocked Read and frees every map. It
-// may be called more than once and concurrently with Read.
-func (t *Tracer) Close() error {
-	t.closeOnce.Do(func() {
-		errs := []error{t.detach()}
-		if t.reader != nil {
-			errs = append(errs, t.reader.Close())
-		}
-		errs = append(errs, t.maps.Close())
-		t.closeErr = errors.Join(errs...)
-	})
-	return t.closeErr
 }

@@ -4,15 +4,12 @@ import (
 	"errors"
 	"net"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
-	"github.com/tokenwire/tokenwire/internal/hook"
 )
 
 func defaultConfig(ports ...uint16) Config {
@@ -366,107 +363,4 @@ func TestUnansweredSynsLeaveNoState(t *testing.T) {
 	if counters.RecordsLost != 0 {
 		t.Errorf("%d records lost", counters.RecordsLost)
 	}
-}
-
-// TestEveryHookTypeOrAClearRefusal attaches each hook type on its own. A
-// type the kernel is expected to accept (bpftest.ExpectedHooks) must
-// attach where the kernel has its target and see real handshakes; one it
-// refuses must say which hook type failed and why.
-func TestEveryHookTypeOrAClearRefusal(t *testing.T) {
-	bpftest.RequireTracefs(t)
-	expected := bpftest.ExpectedHooks(t)
-	target := bpftest.Target{Group: tracepointGroup, Tracepoint: tracepointName, Function: kernelFunc}
-	for _, k := range hook.DefaultOrder {
-		t.Run(string(k), func(t *testing.T) {
-			ln, port := listen(t, "tcp4", "127.0.0.1:0")
-			acceptAll(ln)
-			cfg := defaultConfig(port)
-			cfg.HookOrder = []hook.Kind{k}
-			tr, err := Open(cfg)
-			if err != nil {
-				bpftest.LogHookMatrix(t, "handshake", HookPoint, k, hook.Choice{Refused: []hook.Attempt{{Kind: k, Err: err}}})
-				if !strings.Contains(err.Error(), string(k)+":") {
-					t.Fatalf("refusal does not name the hook type: %v", err)
-				}
-				if slices.Contains(expected, k) && bpftest.KernelHas(t, k, target) {
-					t.Fatalf("%s must attach on this kernel: %v", k, err)
-				}
-				t.Logf("refused here: %v", err)
-				return
-			}
-			bpftest.LogHookMatrix(t, "handshake", HookPoint, k, tr.Hook())
-			if got := tr.Hook().Kind; got != k {
-				t.Fatalf("attached %s, want %s", got, k)
-			}
-			c := collect(t, tr)
-			conn, err := net.Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn.Close()
-			got := c.waitFor(t, 2, func(e *Event) bool { return e.ServerPort() == port })
-			if len(got) != 2 || got[0].Role == got[1].Role {
-				t.Fatalf("via %s: %d events %+v, want one client and one server handshake", k, len(got), got)
-			}
-		})
-	}
-}
-
-// TestHandshakeAcrossNamespaces connects over a veth pair between two
-// network namespaces: both sides are seen, with the right addresses.
-func TestHandshakeAcrossNamespaces(t *testing.T) {
-	a, b := bpftest.VethPair(t)
-	var ln net.Listener
-	b.Do(t, func() {
-		var err error
-		if ln, err = net.Listen("tcp4", b.Addr+":0"); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(func() { ln.Close() })
-	acceptAll(ln)
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
-
-	tr, err := Open(defaultConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := collect(t, tr)
-	const n = 10
-	a.Do(t, func() {
-		for range n {
-			conn, err := net.Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn.Close()
-		}
-	})
-	for _, role := range []Role{RoleClient, RoleServer} {
-		got := c.waitFor(t, n, func(e *Event) bool { return e.Role == role })
-		if len(got) != n {
-			t.Fatalf("%d %s handshakes, want %d", len(got), role, n)
-		}
-		for _, e := range got {
-			local, remote := a.Addr, b.Addr
-			if role == RoleServer {
-				local, remote = b.Addr, a.Addr
-			}
-			if e.Local.Addr().String() != local || e.Remote.Addr().String() != remote || e.Failed || !e.HasDuration {
-				t.Errorf("%s event %+v: want %s -> %s, successful", role, e, local, remote)
-			}
-		}
-	}
-}
-
-// TestHooksInUse logs what attached with the tests' hook order, for the
-// kernel matrix (see bpftest.HookOrderEnv).
-func TestHooksInUse(t *testing.T) {
-	bpftest.Require(t)
-	tr, err := Open(defaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	bpftest.LogHooks(t, "handshake", HookPoint, tr.Hook())
 }

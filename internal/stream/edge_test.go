@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/bpftest"
-	"github.com/tokenwire/tokenwire/internal/hook"
 )
 
 // completed returns the END records of streams that got a response.
@@ -361,89 +359,6 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// TestEveryHookType puts each hook type first in turn and measures one
-// stream: where the kernel has a hook point's target, a type it is
-// expected to accept (bpftest.ExpectedHooks) must attach there, and every
-// combination must measure the stream exactly, request details included.
-// Each also runs, where this kernel has the faster way, the way older
-// kernels or other hook types need: syscall registers from the kernel
-// stack where bpf_task_pt_regs exists, and per-connection state in the
-// map where socket storage works.
-func TestEveryHookType(t *testing.T) {
-	bpftest.RequireTracefs(t)
-	expected := bpftest.ExpectedHooks(t)
-	type variant struct{ stackRegs, stateInMap bool }
-	for _, k := range hook.DefaultOrder {
-		variants := []variant{{}}
-		if regsFromBTF() {
-			variants = append(variants, variant{stackRegs: true})
-		}
-		if len(typedPrefix([]hook.Kind{k})) > 0 {
-			variants = append(variants, variant{stateInMap: true})
-		}
-		for _, v := range variants {
-			stackRegs := v.stackRegs
-			t.Run(fmt.Sprintf("%s/stackRegs=%v/stateInMap=%v", k, v.stackRegs, v.stateInMap), func(t *testing.T) {
-				srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 5, headersFirst: true}
-				addr, port := serve(t, srv)
-				cfg := testConfig(port)
-				cfg.HookOrder = append([]hook.Kind{k}, hook.DefaultOrder...)
-				cfg.stackRegs = stackRegs
-				cfg.stateInMap = v.stateInMap
-				tr, err := Open(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("state in %s", tr.StateStorage())
-				for _, p := range tr.HookPoints() {
-					bpftest.LogHookMatrix(t, "stream", p.Name, k, p.Choice)
-					target := bpftest.Target{Group: TracepointGroup, Tracepoint: p.Name, Function: pointFunction(p.Name)}
-					if p.Choice.Kind != k && slices.Contains(expected, k) && bpftest.KernelHas(t, k, target) {
-						t.Errorf("%s: %s must attach on this kernel: %s", p.Name, k, p.Choice.Summary())
-					}
-				}
-				rec := record(t, tr)
-				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-				resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json",
-					strings.NewReader(`{"model":"m1","stream":true}`))
-				if err != nil {
-					t.Fatal(err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				streams := rec.ends(t, 1)
-				ends := requireCompleted(t, streams, 1)
-				e := ends[0]
-				var http bool
-				var request []byte
-				for _, r := range streams[e.ID] {
-					http = http || (r.Kind == KindResponse && r.Flags&RespHTTP != 0)
-					if r.Kind == KindRequest {
-						request = append(request, r.Data...)
-					}
-				}
-				if !http || e.Stats.Chunks != 5 || e.Reason != EndTerminator {
-					t.Errorf("http mode %v, %d chunks, end %v; want http, 5 chunks, terminator", http, e.Stats.Chunks, e.Reason)
-				}
-				if !bytes.HasPrefix(request, []byte("POST /v1/chat/completions HTTP/1.1\r\n")) ||
-					!bytes.Contains(request, []byte(`"model":"m1"`)) {
-					t.Errorf("request captured as %q; want the whole POST with its body", request)
-				}
-			})
-		}
-	}
-}
-
-// pointFunction returns the kernel function behind a hook point.
-func pointFunction(name string) string {
-	for _, p := range HookPoints() {
-		if p.Name == name {
-			return p.Function
-		}
-	}
-	return ""
-}
-
 // TestDoneEventInAChunkedBody: "data: [DONE]" flushed as its own chunk of
 // a chunked body (as Go and uvicorn servers send it) ends the stream and is
 // not a chunk.
@@ -465,23 +380,5 @@ func TestDoneEventInAChunkedBody(t *testing.T) {
 	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	if e := ends[0]; e.Stats.Chunks != 4 || e.Reason != EndTerminator {
 		t.Fatalf("%d chunks, end %v; want 4 chunks ended by the [DONE] event", e.Stats.Chunks, e.Reason)
-	}
-}
-
-// TestHooksInUse logs what attached at each hook point with the tests'
-// hook order, for the kernel matrix (see bpftest.HookOrderEnv).
-func TestHooksInUse(t *testing.T) {
-	bpftest.Require(t)
-	tr, err := Open(testConfig(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	t.Logf("state in %s", tr.StateStorage())
-	for _, p := range tr.HookPoints() {
-		bpftest.LogHooks(t, "stream", p.Name, p.Choice)
-		if p.Choice.Closer == nil && !p.Optional {
-			t.Errorf("%s: nothing attached", p.Name)
-		}
 	}
 }

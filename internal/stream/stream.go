@@ -7,15 +7,10 @@
 package stream
 
 import (
-	"errors"
 	"fmt"
-	"net/netip"
-	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
@@ -72,122 +67,6 @@ type Config struct {
 	stateInMap bool
 }
 
-// Kind is a record's kind.
-type Kind uint8
-
-// Record kinds, as in tokenwire's stream.h.
-const (
-	KindRequest  = Kind(bpf.StreamTwStreamRecordTW_REC_REQUEST)
-	KindResponse = Kind(bpf.StreamTwStreamRecordTW_REC_RESPONSE)
-	KindProgress = Kind(bpf.StreamTwStreamRecordTW_REC_PROGRESS)
-	KindEnd      = Kind(bpf.StreamTwStreamRecordTW_REC_END)
-	KindChunk    = Kind(bpf.StreamTwStreamRecordTW_REC_CHUNK)
-)
-
-// EndReason says why a stream ended.
-type EndReason uint8
-
-// End reasons.
-const (
-	EndTerminator   = EndReason(bpf.StreamTwEndReasonTW_END_TERMINATOR)
-	EndNextRequest  = EndReason(bpf.StreamTwEndReasonTW_END_NEXT_REQUEST)
-	EndClose        = EndReason(bpf.StreamTwEndReasonTW_END_CLOSE)
-	EndClientClosed = EndReason(bpf.StreamTwEndReasonTW_END_CLIENT_CLOSED)
-	EndReset        = EndReason(bpf.StreamTwEndReasonTW_END_RESET)
-	EndIdle         = EndReason(bpf.StreamTwEndReasonTW_END_IDLE)
-	EndNoResponse   = EndReason(bpf.StreamTwEndReasonTW_END_NO_RESPONSE)
-)
-
-func (r EndReason) String() string {
-	switch r {
-	case EndTerminator:
-		return "terminator"
-	case EndNextRequest:
-		return "next_request"
-	case EndClose:
-		return "close"
-	case EndClientClosed:
-		return "client_closed"
-	case EndReset:
-		return "reset"
-	case EndIdle:
-		return "idle_timeout"
-	case EndNoResponse:
-		return "no_response"
-	}
-	return "unknown"
-}
-
-// RespHTTP flags a response whose first write starts with "HTTP/1.".
-const RespHTTP = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
-
-// ID identifies a stream: its socket, the generation of the socket's
-// state (a later connection at the same socket address has another) and
-// the request's number on the connection.
-type ID struct {
-	Sock uint64
-	Gen  uint64
-	Seq  uint32
-}
-
-// Record is one decoded record. Which fields are set depends on Kind;
-// Data aliases the Record's own buffer and is valid until the next Read.
-type Record struct {
-	Kind Kind
-	ID   ID
-
-	// Request and Response.
-	TS     uint64 // kernel monotonic ns
-	Offset uint32 // Request: offset in the request
-	Total  uint32 // Request: bytes read; Response: bytes of the first write
-	PID    uint32
-	Comm   [16]byte
-	Flags  uint8 // Response: RespHTTP
-	Data   []byte
-
-	// Progress, End and Chunk.
-	Stats Stats
-	// End only.
-	Reason EndReason
-
-	buf [PeekMax]byte
-}
-
-// Stats is a stream's state as of a Progress, End or Chunk record. All
-// times are kernel monotonic ns; zero means "not yet".
-//
-// In http mode the kernel does not count the response's first write (the
-// head) as a chunk: it reports its size in HeadBytes, and FirstChunkTS is
-// the first write after it. When the head also carried body bytes (a server
-// that sends headers and the first event together), HeadBody folds them in.
-type Stats struct {
-	RequestTS    uint64
-	HeadersTS    uint64
-	FirstChunkTS uint64
-	LastChunkTS  uint64
-	EndTS        uint64
-	Bytes        uint64 // body bytes (Chunk: this chunk's)
-	GapSum       uint64 // ns, whole stream so far
-	GapMax       uint64 // ns
-	Chunks       uint32
-	PID          uint32
-	// GapCounts counts chunk intervals per bucket since the previous
-	// Progress record of the stream.
-	GapCounts     [GapBuckets]uint32
-	HeadBytes     uint32
-	Local, Remote netip.AddrPort
-}
-
-// HeadBody returns how many body bytes the response's first write carried,
-// given the header length found in the response head (0: not found, so
-// the write is taken as headers only).
-func (s *Stats) HeadBody(headerLen int) uint32 {
-	if headerLen <= 0 || uint32(headerLen) >= s.HeadBytes {
-		return 0
-	}
-	return s.HeadBytes - uint32(headerLen)
-}
-
 // Counters are kernel-side counters summed over CPUs.
 type Counters struct {
 	// RecordsLost counts records the ring buffer had no room for.
@@ -214,24 +93,18 @@ type HookPoint struct {
 
 // Tracer is a loaded and attached stream probe.
 type Tracer struct {
+	probe.Tracer
 	maps   bpf.StreamMaps
 	points []HookPoint
-	reader *ringbuf.Reader
-	record ringbuf.Record
 	ended  recentEnds
 	// inSocket: the state is in socket storage; otherwise mapReason says
 	// why not, when it was tried.
 	inSocket  bool
 	mapReason error
-
-	detachOnce sync.Once
-	detachErr  error
-	closeOnce  sync.Once
-	closeErr   error
 }
 
 // ErrClosed is returned by Read after Close.
-var ErrClosed = errors.New("stream tracer closed")
+var ErrClosed = probe.ErrClosed
 
 // Open loads the stream probe and attaches each of its hook points with
 // the first hook type the kernel accepts. On error nothing stays loaded.
@@ -321,6 +194,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
 		return fmt.Errorf("loading stream maps: %w", err)
 	}
+	t.SetMaps(&t.maps)
 	for _, p := range cfg.Ports {
 		if !inMap {
 			break
@@ -343,24 +217,20 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 			return fmt.Errorf("attaching the stream probe to %s: %w", p.Name, err)
 		}
 		t.points = append(t.points, HookPoint{Name: p.Name, Choice: choice, Optional: p.Optional})
+		t.Attached(choice.Closer)
 	}
 	return nil
 }
 
 // release detaches every hook point and frees the maps of a failed attach.
 func (t *Tracer) release() {
-	for i := len(t.points) - 1; i >= 0; i-- {
-		if c := t.points[i].Choice.Closer; c != nil {
-			c.Close()
-		}
-	}
+	t.Release()
 	t.points = nil
-	t.maps.Close()
 	t.maps = bpf.StreamMaps{}
 }
 
-func (t *Tracer) openReader() (err error) {
-	if t.reader, err = ringbuf.NewReader(t.maps.TwStEvents); err != nil {
+func (t *Tracer) openReader() error {
+	if err := t.OpenRing(t.maps.TwStEvents); err != nil {
 		return fmt.Errorf("opening the stream ring buffer: %w", err)
 	}
 	return nil
@@ -408,13 +278,11 @@ func (t *Tracer) HookPoints() []HookPoint { return t.points }
 // ErrClosed after Close. Not safe for concurrent use; allocates nothing.
 func (t *Tracer) Read(rec *Record) error {
 	for {
-		if err := probe.ReadRing(t.reader, &t.record); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
-				return ErrClosed
-			}
+		raw, err := t.Next()
+		if err != nil {
 			return err
 		}
-		if err := Decode(t.record.RawSample, rec); err != nil {
+		if err := Decode(raw, rec); err != nil {
 			return err
 		}
 		if rec.Kind != KindEnd || t.ended.first(rec.ID) {
@@ -446,53 +314,6 @@ func (r *recentEnds) first(id ID) bool {
 	return true
 }
 
-const (
-	keySize     = int(unsafe.Sizeof(bpf.StreamStreamKey{}))
-	payloadSize = int(unsafe.Sizeof(bpf.StreamStreamPayload{}))
-	statsSize   = int(unsafe.Sizeof(bpf.StreamStreamStats{}))
-)
-
-// Decode turns a raw record into rec without allocating.
-func Decode(raw []byte, rec *Record) error {
-	if len(raw) < keySize {
-		return fmt.Errorf("stream record of %d bytes", len(raw))
-	}
-	key := (*bpf.StreamStreamKey)(unsafe.Pointer(&raw[0]))
-	rec.Kind = Kind(key.Kind)
-	rec.ID = ID{Sock: key.Sock, Gen: key.Gen, Seq: key.Seq}
-	switch rec.Kind {
-	case KindRequest, KindResponse:
-		if len(raw) < payloadSize {
-			return fmt.Errorf("stream payload record of %d bytes, want %d", len(raw), payloadSize)
-		}
-		p := (*bpf.StreamStreamPayload)(unsafe.Pointer(&raw[0]))
-		n := min(int(key.Len), PeekMax)
-		rec.TS, rec.Offset, rec.Total, rec.PID, rec.Flags = p.TsNs, p.Offset, p.Total, p.Pid, key.Reason
-		for i, c := range p.Comm {
-			rec.Comm[i] = byte(c)
-		}
-		copy(rec.buf[:n], p.Data[:n])
-		rec.Data = rec.buf[:n]
-	case KindProgress, KindEnd, KindChunk:
-		if len(raw) < statsSize {
-			return fmt.Errorf("stream stats record of %d bytes, want %d", len(raw), statsSize)
-		}
-		s := (*bpf.StreamStreamStats)(unsafe.Pointer(&raw[0]))
-		rec.Reason = EndReason(key.Reason)
-		rec.Data = nil
-		rec.Stats = Stats{
-			RequestTS: s.ReqTs, HeadersTS: s.HeadersTs, FirstChunkTS: s.FirstChunkTs,
-			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,
-			GapSum: s.GapSumNs, GapMax: s.GapMaxNs, Chunks: s.Chunks, PID: s.Pid,
-			GapCounts: s.GapCounts, HeadBytes: s.HeadBytes,
-		}
-		rec.Stats.Local, rec.Stats.Remote = probe.Endpoints(s.Ep.Family, &s.Ep.Saddr, &s.Ep.Daddr, s.Ep.Sport, s.Ep.Dport)
-	default:
-		return fmt.Errorf("unknown stream record kind %d", rec.Kind)
-	}
-	return nil
-}
-
 // Counters sums the kernel's per-CPU counters.
 func (t *Tracer) Counters() (c Counters, err error) {
 	for idx, dst := range map[bpf.StreamTwStreamCounter]*uint64{
@@ -509,43 +330,6 @@ func (t *Tracer) Counters() (c Counters, err error) {
 	return c, nil
 }
 
-// Expire ends the stream on sock that went quiet: it removes the socket's
-// state from the kernel (a later request on it starts afresh) and fills rec
-// as the END record would have been, with reason EndIdle and the last write
-// as the end. It reports false when the kernel no longer tracks sock, and
-// always when the state is in socket storage, which user space cannot
-// reach by the socket's address. Addresses are not in the kernel's state:
-// rec.Stats.Local and Remote are left zero.
-func (t *Tracer) Expire(sock uint64, rec *Record) (bool, error) {
-	if t.inSocket {
-		return false, nil
-	}
-	var st bpf.StreamStreamState
-	if err := t.maps.TwStSocks.Lookup(sock, &st); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return false, nil
-		}
-		return false, err
-	}
-	if err := t.maps.TwStSocks.Delete(sock); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return false, err
-	}
-	end := st.LastWriteTs
-	if end == 0 {
-		end = st.HeadersTs
-	}
-	*rec = Record{Kind: KindEnd, ID: ID{Sock: sock, Gen: st.Gen, Seq: st.Seq}, Reason: EndIdle}
-	if st.State == uint8(bpf.StreamTwStreamStateTW_ST_REQUEST) {
-		rec.Reason = EndNoResponse
-	}
-	rec.Stats = Stats{
-		RequestTS: st.ReqTs, HeadersTS: st.HeadersTs, FirstChunkTS: st.FirstChunkTs,
-		LastChunkTS: st.LastChunkTs, EndTS: end, Bytes: st.Bytes, GapSum: st.GapSumNs,
-		GapMax: st.GapMaxNs, Chunks: st.Chunks, PID: st.Pid, GapCounts: st.GapCounts, HeadBytes: st.HeadBytes,
-	}
-	return true, nil
-}
-
 // Sockets counts tracked connections: the map's entries, or in socket
 // storage those seen opening and not yet closing.
 func (t *Tracer) Sockets() (int, error) {
@@ -557,43 +341,4 @@ func (t *Tracer) Sockets() (int, error) {
 		return 0, err
 	}
 	return int(c.NewSockets - c.Closed), nil
-}
-
-func (t *Tracer) detach() error {
-	t.detachOnce.Do(func() {
-		var errs []error
-		for i := len(t.points) - 1; i >= 0; i-- {
-			if c := t.points[i].Choice.Closer; c != nil {
-				errs = append(errs, c.Close())
-			}
-		}
-		t.detachErr = errors.Join(errs...)
-	})
-	return t.detachErr
-}
-
-// Stop detaches every hook point, so the kernel writes no more records,
-// and lets Read return the records already in the ring buffer before it
-// returns ErrClosed: streams that ended while the collector ran are all
-// reported when it shuts down. Close is still needed to free the maps.
-func (t *Tracer) Stop() error {
-	err := t.detach()
-	if t.reader != nil {
-		err = errors.Join(err, t.reader.Flush())
-	}
-	return err
-}
-
-// Close detaches every hook point, stops a blocked Read and frees the maps.
-// It may be called more than once and concurrently with Read.
-func (t *Tracer) Close() error {
-	t.closeOnce.Do(func() {
-		errs := []error{t.detach()}
-		if t.reader != nil {
-			errs = append(errs, t.reader.Close())
-		}
-		errs = append(errs, t.maps.Close())
-		t.closeErr = errors.Join(errs...)
-	})
-	return t.closeErr
 }

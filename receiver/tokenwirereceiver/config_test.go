@@ -15,8 +15,7 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
-	// Config fixtures live in the repository's top-level testdata/.
-	cm, err := confmaptest.LoadConf(filepath.Join("..", "..", "testdata", "receiver-config.yaml"))
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
 	require.NoError(t, err)
 
 	tests := []struct {

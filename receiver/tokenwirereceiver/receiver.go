@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -22,8 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/handshake"
+	"github.com/tokenwire/tokenwire/internal/handshakeagg"
 	"github.com/tokenwire/tokenwire/internal/preflight"
 	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/internal/streamagg"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -49,9 +50,10 @@ type tokenwireReceiver struct {
 	resource   pcommon.Resource
 	startTime  pcommon.Timestamp
 	handshakes *handshake.Tracer
-	hsStats    *handshakeStats
+	hsAgg      *handshakeagg.Aggregator
 	streams    *stream.Tracer
-	stStats    *streamStats
+	stAgg      *streamagg.Aggregator
+	wall       int64 // added to a kernel timestamp, gives Unix ns
 	xdp        *xdpState
 	status     []capabilityStatus // every enabled capability, up or not
 	hostName   string
@@ -204,7 +206,6 @@ func (r *tokenwireReceiver) start(_ context.Context, _ component.Host) (err erro
 	if r.telemetry, err = metadata.NewTelemetryBuilder(r.set.TelemetrySettings); err != nil {
 		return fmt.Errorf("creating self-telemetry: %w", err)
 	}
-	r.hsStats = newHandshakeStats()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	defer func() {
@@ -283,26 +284,6 @@ func startErrorType(err error) string {
 	return "_OTHER"
 }
 
-// startHandshakes loads the handshake probe and starts reading it.
-func (r *tokenwireReceiver) startHandshakes(ctx context.Context) error {
-	tr, err := handshake.Open(handshake.Config{
-		Ports:             toPorts(r.cfg.Handshake.Ports),
-		MaxTrackedSockets: uint32(r.cfg.Handshake.MaxTrackedSockets),
-		RingBufferBytes:   uint32(r.cfg.RingBufferSize),
-		HookOrder:         r.cfg.hookOrder(),
-	})
-	if err != nil {
-		return err
-	}
-	r.handshakes = tr
-	r.set.Logger.Info("tokenwire handshake probe attached",
-		zap.String("hook", tr.Hook().Summary()),
-		zap.Ints("ports", r.cfg.Handshake.Ports))
-	r.wg.Add(1)
-	go readLoop(ctx, r, handshakeAttr, tr.Read, handshake.ErrClosed, r.hsStats.add)
-	return nil
-}
-
 // stop detaches and frees everything start created, in reverse order, and
 // leaves alone what never started. With flush, what was read so far is
 // exported first.
@@ -333,7 +314,7 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 		r.emit(ctx)
 		r.emitSpans(ctx)
 	}
-	r.handshakes, r.streams, r.stStats = nil, nil, nil
+	r.handshakes, r.streams, r.hsAgg, r.stAgg = nil, nil, nil, nil
 	if r.xdp != nil {
 		// Detaching restores the interfaces: traffic passes unfiltered.
 		errs = append(errs, r.xdp.filter.Close())
@@ -425,80 +406,4 @@ func (r *tokenwireReceiver) registerRingTelemetry(capability attribute.KeyValue,
 			return nil
 		}),
 	)
-}
-
-func (r *tokenwireReceiver) emitLoop(ctx context.Context) {
-	defer r.wg.Done()
-	tick := time.NewTicker(r.cfg.CollectionInterval)
-	defer tick.Stop()
-	// Spans go out every second rather than every collection interval, so
-	// a trace backend shows a stream soon after it ended.
-	spanTick := time.NewTicker(time.Second)
-	defer spanTick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if r.stStats != nil {
-				r.expireIdle()
-			}
-			r.emit(ctx)
-		case <-spanTick.C:
-			r.emitSpans(ctx)
-		}
-	}
-}
-
-// emit sends the cumulative totals to the metrics pipeline, if there is one.
-func (r *tokenwireReceiver) emit(ctx context.Context) {
-	r.emitMu.Lock()
-	defer r.emitMu.Unlock()
-	r.nextMu.Lock()
-	next := r.metrics
-	r.nextMu.Unlock()
-	if next == nil {
-		return
-	}
-	now := pcommon.NewTimestampFromTime(time.Now())
-	streamHistograms := pmetric.NewMetrics()
-	if r.stStats != nil {
-		r.stStats.record(r.mb, streamHistograms, r.hostName, r.startTime, now)
-	}
-	histograms := pmetric.NewMetricSlice()
-	if r.hsStats != nil {
-		r.hsStats.record(r.mb, histograms, r.startTime, now)
-	}
-	if r.xdp != nil {
-		r.recordXDP(r.mb, now)
-	}
-	md := r.mb.Emit(metadata.WithResource(r.resource))
-	if histograms.Len() > 0 {
-		histograms.MoveAndAppendTo(r.scopeMetrics(md).Metrics())
-	}
-	mergeResources(md, streamHistograms)
-	if md.DataPointCount() == 0 {
-		return
-	}
-	if err := next.ConsumeMetrics(ctx, md); err != nil {
-		r.set.Logger.Warn("metrics pipeline refused tokenwire metrics", zap.Error(err))
-	}
-}
-
-// scopeMetrics returns the receiver's scope under the host resource in md,
-// creating the resource and scope when the MetricsBuilder emitted nothing
-// for it this time.
-func (r *tokenwireReceiver) scopeMetrics(md pmetric.Metrics) pmetric.ScopeMetrics {
-	for i := range md.ResourceMetrics().Len() {
-		rm := md.ResourceMetrics().At(i)
-		if rm.Resource().Attributes().Equal(r.resource.Attributes()) {
-			return rm.ScopeMetrics().At(0)
-		}
-	}
-	rm := md.ResourceMetrics().AppendEmpty()
-	r.resource.CopyTo(rm.Resource())
-	sm := rm.ScopeMetrics().AppendEmpty()
-	sm.Scope().SetName(metadata.ScopeName)
-	sm.Scope().SetVersion(r.set.BuildInfo.Version)
-	return sm
 }

@@ -90,7 +90,8 @@ func (r *tokenwireReceiver) registerXDPTelemetry() error {
 
 // recordXDP writes the filter's cumulative counters into mb, and logs an
 // interface that went away since the last time (its counters stay).
-func (r *tokenwireReceiver) recordXDP(mb *metadata.MetricsBuilder, now pcommon.Timestamp) {
+func (r *tokenwireReceiver) recordXDP(now pcommon.Timestamp) {
+	mb := r.mb
 	st := r.xdp
 	st.mu.Lock()
 	for _, a := range st.filter.Attachments() {

@@ -1,0 +1,303 @@
+// Package streamagg turns the stream probe's records into what tokenwire
+// reports: cumulative series (time to first token, duration and chunk
+// interval histograms, chunk and byte totals, per process and attribute
+// set) and one span record per finished stream, as plain Go values. The
+// receiver translates them into OTLP; nothing here knows pdata.
+//
+// A stream's records arrive in order: the request's slices, the response's
+// head, PROGRESS records with the kernel's running totals, and the END.
+// Any of them may be missing (a full ring buffer, an evicted entry), so
+// every step works from what it has, and a count only ever adds what the
+// kernel counted since the stream's previous record.
+package streamagg
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/procinfo"
+	"github.com/tokenwire/tokenwire/internal/stream"
+)
+
+// OtherValue replaces attribute values beyond a cardinality cap.
+const OtherValue = "_other"
+
+// Reasons a response on a watched port is not reported as a stream.
+const (
+	SkipNotStreamed = "not_streamed"
+	SkipNoResponse  = "no_response"
+	SkipFiltered    = "filtered"
+)
+
+// SkipReasons lists every skip reason, for self-telemetry.
+var SkipReasons = []string{SkipNotStreamed, SkipNoResponse, SkipFiltered}
+
+// Config says what to keep and how much of it.
+type Config struct {
+	// MaxOpen bounds the streams between request and end; when full, the
+	// oldest-looking entry is dropped (OnEvict).
+	MaxOpen int
+	// MaxPaths and MaxModels cap the distinct url.path and
+	// gen_ai.request.model values; later ones are reported as OtherValue.
+	MaxPaths, MaxModels int
+	// Pids and ProcessNames, when set, keep only streams written by these
+	// processes (by pid, or by executable name).
+	Pids         []uint32
+	ProcessNames []string
+	// Spans keeps a span record per finished stream.
+	Spans bool
+	// OnSkip is called for each stream not reported, with its reason;
+	// OnEvict for each open stream dropped for room. Either may be nil.
+	OnSkip  func(reason string)
+	OnEvict func()
+}
+
+// Aggregator folds stream records into series and span records. It is
+// safe for concurrent use: the read loop adds while the receiver emits.
+type Aggregator struct {
+	cfg   Config
+	procs *procinfo.Cache
+	pids  map[uint32]bool
+	names map[string]bool
+	base  time.Time // the origin of openStream.lastSeen
+
+	mu     sync.Mutex
+	open   map[stream.ID]*openStream
+	ended  map[stream.ID]bool // ended here (idle) while the kernel may still write
+	series map[SeriesKey]*Series
+	// paths and models map each value seen (up to the caps) to itself,
+	// and comms thread names to themselves: looked up with m[string(b)],
+	// which does not allocate, they turn captured bytes into strings that
+	// are allocated once.
+	paths  map[string]string
+	models map[string]string
+	comms  map[string]string
+	spans  []Span
+}
+
+// maxComms bounds the interned thread names; maxEnded the streams ended
+// by the idle timeout that are remembered so that late records of theirs
+// are not counted twice.
+const (
+	maxComms = 4096
+	maxEnded = 16384
+)
+
+// New returns an aggregator. procs names the processes behind pids (for
+// ProcessNames and for resources).
+func New(cfg Config, procs *procinfo.Cache) *Aggregator {
+	a := &Aggregator{
+		cfg:    cfg,
+		procs:  procs,
+		pids:   map[uint32]bool{},
+		names:  map[string]bool{},
+		base:   time.Now(),
+		open:   map[stream.ID]*openStream{},
+		ended:  map[stream.ID]bool{},
+		series: map[SeriesKey]*Series{},
+		paths:  map[string]string{},
+		models: map[string]string{},
+		comms:  map[string]string{},
+	}
+	for _, p := range cfg.Pids {
+		a.pids[p] = true
+	}
+	for _, n := range cfg.ProcessNames {
+		a.names[n] = true
+	}
+	if a.cfg.OnSkip == nil {
+		a.cfg.OnSkip = func(string) {}
+	}
+	if a.cfg.OnEvict == nil {
+		a.cfg.OnEvict = func() {}
+	}
+	return a
+}
+
+// openStream is what is known of a stream between its request and its
+// end: the heads of request and response, and how much of the kernel's
+// running totals has been counted.
+type openStream struct {
+	req     [2 * stream.PeekMax]byte
+	reqLen  int
+	resp    [stream.PeekMax]byte
+	respLen int
+	pid     uint32
+	comm    [16]byte
+	// When the request was first read and the response's head written
+	// (record times): the idle timeout's fallback before any PROGRESS.
+	reqTS, respTS uint64
+	// The last totals the kernel reported, and the socket's addresses from
+	// the first PROGRESS: the idle timeout ends a stream from them.
+	last          stream.Stats
+	local, remote netip.AddrPort
+
+	classified bool
+	skip       string // non-empty: not reported, and why
+	key        SeriesKey
+	ser        *Series
+	span       spanHead // what the span needs of the heads (Spans on)
+
+	// headerLen is where the response's headers end in its first write
+	// (0: not within the captured head).
+	headerLen int
+	// The first write's body bytes, once counted, and the interval from it
+	// to the kernel's first chunk, once counted.
+	headBody    uint32
+	headCounted bool
+	headGap     uint64
+
+	// lastSeen is when the last record of this stream arrived, as time
+	// since Aggregator.base: a monotonic clock read is half the cost of
+	// time.Now, which every record would pay.
+	lastSeen time.Duration
+
+	ttftDone   bool
+	seenGapSum uint64
+	seenChunks uint32
+	seenBytes  uint64
+}
+
+// openStreams recycles finished openStream entries (1.5 KiB each), so that
+// a stream opening does not allocate in steady state, however many are in
+// flight; what a burst leaves behind goes back to the garbage collector
+// within two cycles.
+var openStreams = sync.Pool{New: func() any { return new(openStream) }}
+
+func fresh() *openStream { return openStreams.Get().(*openStream) }
+
+// release zeroes o for reuse; o must no longer be in a.open.
+func release(o *openStream) {
+	*o = openStream{}
+	openStreams.Put(o)
+}
+
+// OpenCount reports how many streams are between request and end.
+func (a *Aggregator) OpenCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.open)
+}
+
+// Add folds one record in. In steady state (series, paths, models and
+// processes seen before) it does not allocate unless spans are on.
+func (a *Aggregator) Add(rec *stream.Record) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.ended) > 0 && a.ended[rec.ID] {
+		if rec.Kind == stream.KindEnd {
+			delete(a.ended, rec.ID)
+		}
+		return // reported already, by the idle timeout
+	}
+	o := a.open[rec.ID]
+	if o != nil {
+		o.lastSeen = time.Since(a.base)
+	}
+	switch rec.Kind {
+	case stream.KindRequest:
+		o = a.opened(o, rec.ID)
+		if off := int(rec.Offset); off < len(o.req) {
+			n := copy(o.req[off:], rec.Data)
+			o.reqLen = max(o.reqLen, off+n)
+		}
+		if o.pid == 0 {
+			o.pid, o.comm = rec.PID, rec.Comm
+		}
+		if o.reqTS == 0 {
+			o.reqTS = rec.TS
+		}
+	case stream.KindResponse:
+		o = a.opened(o, rec.ID)
+		o.respLen = copy(o.resp[:], rec.Data)
+		o.pid, o.comm = rec.PID, rec.Comm
+		o.respTS = rec.TS
+	case stream.KindProgress:
+		o = a.opened(o, rec.ID)
+		if !o.remote.IsValid() {
+			o.local, o.remote = rec.Stats.Local, rec.Stats.Remote
+		}
+		o.last = rec.Stats
+		a.count(o, rec, false)
+	case stream.KindEnd:
+		if o == nil {
+			o = fresh() // counted from the END record alone
+		}
+		if !rec.Stats.Remote.IsValid() {
+			rec.Stats.Local, rec.Stats.Remote = o.local, o.remote
+		}
+		delete(a.open, rec.ID)
+		a.finish(o, rec)
+		release(o)
+	}
+}
+
+// finish counts an ended stream.
+func (a *Aggregator) finish(o *openStream, rec *stream.Record) {
+	if rec.Stats.HeadersTS != 0 {
+		a.count(o, rec, true)
+	} else {
+		a.cfg.OnSkip(SkipNoResponse)
+	}
+}
+
+// opened returns o, or a new open stream for id when o is nil. A full
+// table makes room by dropping one entry (its end will not be reported).
+func (a *Aggregator) opened(o *openStream, id stream.ID) *openStream {
+	if o != nil {
+		return o
+	}
+	if len(a.open) >= a.cfg.MaxOpen {
+		for victim, v := range a.open {
+			delete(a.open, victim)
+			release(v)
+			a.cfg.OnEvict()
+			break
+		}
+	}
+	o = fresh()
+	o.lastSeen = time.Since(a.base)
+	a.open[id] = o
+	return o
+}
+
+// ExpireIdle ends the open streams with no record since before cutoff, as
+// their END would have (reason idle_timeout, the last write as the end),
+// from the totals their last record carried. The kernel may still write
+// about them; those records are dropped.
+func (a *Aggregator) ExpireIdle(cutoff time.Time) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	before := cutoff.Sub(a.base)
+	n := 0
+	var rec stream.Record
+	for id, o := range a.open {
+		if o.lastSeen >= before {
+			continue
+		}
+		delete(a.open, id)
+		rec = stream.Record{Kind: stream.KindEnd, ID: id, Reason: stream.EndIdle, Stats: o.last}
+		rec.Stats.Local, rec.Stats.Remote = o.local, o.remote
+		if rec.Stats.HeadersTS == 0 && o.respTS != 0 {
+			// A head and no chunk yet: the records' own times stand in.
+			rec.Stats.RequestTS, rec.Stats.HeadersTS = min(o.reqTS, o.respTS), o.respTS
+			if o.reqTS == 0 {
+				rec.Stats.RequestTS = o.respTS
+			}
+		}
+		rec.Stats.EndTS = max(o.last.LastChunkTS, rec.Stats.HeadersTS)
+		rec.Stats.GapCounts = [stream.GapBuckets]uint32{} // counted with their PROGRESS
+		if rec.Stats.HeadersTS == 0 {
+			rec.Reason = stream.EndNoResponse
+		}
+		a.finish(o, &rec)
+		release(o)
+		if len(a.ended) >= maxEnded {
+			clear(a.ended)
+		}
+		a.ended[id] = true
+		n++
+	}
+	return n
+}

@@ -1,0 +1,300 @@
+package streamagg
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenwire/tokenwire/internal/procinfo"
+	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/internal/streamagg/streamaggtest"
+)
+
+const sseHead = streamaggtest.SSEHead
+
+func testConfig() Config {
+	return Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100, Spans: true}
+}
+
+// harness feeds an aggregator whole streams and counts its skips.
+type harness struct {
+	a     *Aggregator
+	pid   uint32
+	skips map[string]int
+}
+
+func newHarness(cfg Config) *harness {
+	h := &harness{pid: uint32(os.Getpid()), skips: map[string]int{}}
+	cfg.OnSkip = func(r string) { h.skips[r]++ }
+	h.a = New(cfg, procinfo.NewCache(16))
+	return h
+}
+
+func (h *harness) run(s streamaggtest.Stream) {
+	if s.PID == 0 {
+		s.PID = h.pid
+	}
+	recs := s.Records(IntervalBounds)
+	for i := range recs {
+		h.a.Add(&recs[i])
+	}
+}
+
+// series returns the series whose path and model are as given.
+func (h *harness) series(t *testing.T, path, model string) Series {
+	t.Helper()
+	for _, s := range h.a.Snapshot() {
+		if s.Key.Path == path && s.Key.Model == model {
+			return s.Series
+		}
+	}
+	t.Fatalf("no series for path %q model %q", path, model)
+	return Series{}
+}
+
+func (h *harness) total() (chunks int64) {
+	for _, s := range h.a.Snapshot() {
+		chunks += s.Chunks
+	}
+	return chunks
+}
+
+func TestHeadWithFirstEventIsTheFirstChunk(t *testing.T) {
+	h := newHarness(testConfig())
+	first := "17\r\ndata: {\"t\":\"hello\"}\n\n\r\n"
+	// Headers and the first event in one write at 80 ms; the kernel then
+	// sees chunks at 100, 120, 140 ms.
+	h.run(streamaggtest.Stream{Request: "POST /v1/chat/completions HTTP/1.1\r\n\r\n{\"model\":\"m\"}",
+		Head: sseHead + first, HeadBytes: uint32(len(sseHead) + len(first)), HeadAt: 80,
+		ChunkAt: []uint64{100, 120, 140}, ChunkBytes: 30})
+	s := h.series(t, "/v1/chat/completions", "m")
+	require.EqualValues(t, 4, s.Chunks)
+	require.EqualValues(t, len(first)+3*30, s.Bytes)
+	require.EqualValues(t, 3, s.Interval.Count, "80->100 from the head, then 100->120->140")
+	require.InDelta(t, 0.080, s.TTFT.Sum, 1e-9, "TTFT is the head write")
+	spans := h.a.TakeSpans()
+	require.Len(t, spans, 1)
+	require.EqualValues(t, 4, spans[0].Chunks)
+	require.EqualValues(t, 80*time.Millisecond, spans[0].FirstChunk-spans[0].Start)
+	require.Equal(t, streamaggtest.Client, spans[0].Client)
+	require.Equal(t, "POST", spans[0].Method)
+	require.Equal(t, "m", spans[0].Model)
+}
+
+func TestHeadersOnlyHeadIsNotAChunk(t *testing.T) {
+	h := newHarness(testConfig())
+	h.run(streamaggtest.Stream{Request: "GET /stream HTTP/1.1\r\n\r\n", Head: sseHead, HeadBytes: uint32(len(sseHead)),
+		HeadAt: 1, ChunkAt: []uint64{50, 60}, ChunkBytes: 10})
+	s := h.series(t, "/stream", "")
+	require.EqualValues(t, 2, s.Chunks)
+	require.InDelta(t, 0.050, s.TTFT.Sum, 1e-9)
+}
+
+func TestCardinalityCaps(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModels, cfg.MaxPaths = 1, 2
+	h := newHarness(cfg)
+	for i, c := range []struct{ path, model string }{
+		{"/a", "m1"}, {"/b", "m2"}, {"/c", "m1"}, {"/a", "m3"},
+	} {
+		h.run(streamaggtest.Stream{Seq: uint32(i + 1), Request: "POST " + c.path + " HTTP/1.1\r\n\r\n{\"model\":\"" + c.model + "\"}",
+			Head: sseHead, HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10}, ChunkBytes: 5})
+	}
+	for _, c := range []struct{ path, model string }{
+		{"/a", "m1"}, {"/b", OtherValue}, {OtherValue, "m1"}, {"/a", OtherValue},
+	} {
+		require.EqualValues(t, 1, h.series(t, c.path, c.model).Chunks, "%s %s", c.path, c.model)
+	}
+}
+
+func TestProcessFilter(t *testing.T) {
+	cfg := testConfig()
+	cfg.Pids = []uint32{424242}
+	h := newHarness(cfg)
+	h.run(streamaggtest.Stream{Seq: 1, Request: "GET / HTTP/1.1\r\n\r\n", Head: sseHead, HeadBytes: uint32(len(sseHead)),
+		HeadAt: 1, ChunkAt: []uint64{10}, ChunkBytes: 5})
+	h.run(streamaggtest.Stream{Seq: 2, PID: 424242, Request: "GET / HTTP/1.1\r\n\r\n", Head: sseHead,
+		HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10, 20}, ChunkBytes: 5})
+	require.EqualValues(t, 2, h.total(), "only the selected process's stream")
+	require.Equal(t, 1, h.skips[SkipFiltered])
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cfg = testConfig()
+	cfg.ProcessNames = []string{filepath.Base(exe)}
+	h = newHarness(cfg)
+	h.run(streamaggtest.Stream{Request: "GET / HTTP/1.1\r\n\r\n", Head: sseHead, HeadBytes: uint32(len(sseHead)),
+		HeadAt: 1, ChunkAt: []uint64{10}, ChunkBytes: 5})
+	require.EqualValues(t, 1, h.total(), "selected by executable name")
+}
+
+func TestOpenStreamTableIsBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxOpen = 10
+	evicted := 0
+	cfg.OnEvict = func() { evicted++ }
+	a := New(cfg, procinfo.NewCache(16))
+	for i := range 25 {
+		a.Add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: uint64(i), Seq: 1}, Data: []byte("GET / HTTP/1.1\r\n\r\n")})
+	}
+	require.Equal(t, 10, a.OpenCount())
+	require.Equal(t, 15, evicted)
+}
+
+// Reused entries start clean: a stream after an evicted or ended one on
+// the same entry keeps nothing of it.
+func TestReusedStreamEntriesStartClean(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxOpen = 1
+	h := newHarness(cfg)
+	long := "POST /long/path/that/is/longer HTTP/1.1\r\n\r\n{\"model\":\"big-model\"}"
+	h.a.Add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: 99, Seq: 1}, PID: 7, Data: []byte(long)})
+	for seq := range uint32(2) {
+		h.run(streamaggtest.Stream{Seq: seq + 1, Request: "GET /s HTTP/1.1\r\n\r\n", Head: sseHead,
+			HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10}, ChunkBytes: 5})
+	}
+	snap := h.a.Snapshot()
+	require.Len(t, snap, 1, "one series: GET /s, no model")
+	require.EqualValues(t, 2, snap[0].Chunks)
+}
+
+// An idle stream ends from its last record's totals, once, and what the
+// kernel writes about it later is not counted again.
+func TestIdleStreamEndsOnce(t *testing.T) {
+	h := newHarness(testConfig())
+	recs := streamaggtest.Stream{Request: "GET /slow HTTP/1.1\r\n\r\n", Head: sseHead, HeadBytes: uint32(len(sseHead)),
+		HeadAt: 1, ChunkAt: []uint64{10, 20}, ChunkBytes: 7}.Records(IntervalBounds)
+	progress := recs[2]
+	progress.Kind = stream.KindProgress
+	for _, r := range []stream.Record{recs[0], recs[1], progress} {
+		h.a.Add(&r)
+	}
+	require.Zero(t, h.a.ExpireIdle(time.Now().Add(-time.Hour)), "nothing is idle yet")
+	require.Equal(t, 1, h.a.ExpireIdle(time.Now().Add(time.Second)))
+	require.Zero(t, h.a.OpenCount())
+	spans := h.a.TakeSpans()
+	require.Len(t, spans, 1)
+	require.Equal(t, stream.EndIdle, spans[0].EndReason)
+	require.EqualValues(t, 2, spans[0].Chunks)
+	require.Equal(t, streamaggtest.Client, spans[0].Client)
+	// The kernel ends it later (a close): nothing more is counted.
+	late := recs[2]
+	late.Stats.Chunks, late.Stats.Bytes = 5, 35
+	h.a.Add(&late)
+	s := h.series(t, "/slow", "")
+	require.EqualValues(t, 2, s.Chunks)
+	require.EqualValues(t, 14, s.Bytes)
+	require.EqualValues(t, 1, s.Duration.Count)
+	require.Empty(t, h.a.TakeSpans())
+}
+
+// steadyStreams are the streams of nsocks sockets, cycling through 8
+// paths and 4 models, as records ready to be replayed with new sequence
+// numbers: the steady state, where every series exists.
+func steadyStreams(nsocks int) [][]stream.Record {
+	var out [][]stream.Record
+	for i := range nsocks {
+		out = append(out, streamaggtest.Stream{
+			PID: uint32(os.Getpid()), Sock: uint64(i),
+			Request: fmt.Sprintf("POST /v1/p%d/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n{\"model\":\"m%d\",\"stream\":true}", i%8, i%4),
+			Head:    sseHead, HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10, 20, 30}, ChunkBytes: 10,
+		}.Records(IntervalBounds))
+	}
+	return out
+}
+
+// replay adds every stream's records once, under the next sequence
+// number, all streams in flight at once: every first record, then every
+// second one, and so on.
+func replay(a *Aggregator, streams [][]stream.Record) {
+	for _, recs := range streams {
+		for i := range recs {
+			recs[i].ID.Seq++
+		}
+	}
+	for i := range 3 {
+		for _, recs := range streams {
+			if i < len(recs) {
+				a.Add(&recs[i])
+			}
+		}
+	}
+}
+
+// The metrics path must not allocate per record once its series exist:
+// that is what lets one core take a million records a second.
+func TestStreamRecordsDoNotAllocate(t *testing.T) {
+	cfg := testConfig()
+	cfg.Spans = false
+	cfg.MaxPaths = 4 // half the paths go to _other
+	h := newHarness(cfg)
+	streams := steadyStreams(512)
+	// Not streamed (skipped), opaque, and an END with no open stream: the
+	// other ways a record goes.
+	other := func(k uint64, s streamaggtest.Stream) []stream.Record {
+		s.PID, s.Sock = 1, 1<<40+k // apart from the others
+		return s.Records(IntervalBounds)
+	}
+	plain := other(0, streamaggtest.Stream{Request: "GET / HTTP/1.1\r\n\r\n", Head: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		HeadBytes: 40, HeadAt: 1, ChunkAt: []uint64{2}, ChunkBytes: 2})
+	opaque := other(1, streamaggtest.Stream{Request: "\x16\x03\x01", Head: "\x17\x03\x03", HeadBytes: 5, HeadAt: 1,
+		ChunkAt: []uint64{2, 3}, ChunkBytes: 2})
+	orphan := other(2, streamaggtest.Stream{HeadAt: 1, ChunkAt: []uint64{2}, ChunkBytes: 2})[2:]
+	streams = append(streams, plain, opaque, orphan)
+	records := 0
+	for _, recs := range streams {
+		records += len(recs)
+	}
+	replay(h.a, streams) // first sight: series, interned strings
+	allocs := testing.AllocsPerRun(100, func() { replay(h.a, streams) })
+	require.Zero(t, allocs/float64(records), "allocations per record")
+	require.Zero(t, h.a.OpenCount())
+	require.Positive(t, h.skips[SkipNotStreamed])
+	require.EqualValues(t, 64*102*3, h.series(t, OtherValue, "m1").Chunks, "p5 is capped, and its 64 sockets use m1")
+	require.EqualValues(t, 64*102*3, h.series(t, "/v1/p0/chat/completions", "m0").Chunks)
+}
+
+// BenchmarkStreamRecords measures the user-space cost of stream records
+// once their series exist: request, response and end per stream, over 64
+// sockets, 8 paths and 4 models. ns/record and allocs/record are per
+// record; the standard columns are per stream. With spans, the span
+// records are taken every 1024 streams, as the receiver's span flush does.
+func BenchmarkStreamRecords(b *testing.B) {
+	for _, spans := range []bool{false, true} {
+		name := "metrics"
+		if spans {
+			name = "spans"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := testConfig()
+			cfg.Spans = spans
+			a := New(cfg, procinfo.NewCache(16))
+			streams := steadyStreams(64)
+			replay(a, streams)
+			a.TakeSpans()
+			b.ReportAllocs()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			n := 0
+			for b.Loop() {
+				recs := streams[n%len(streams)]
+				for i := range recs {
+					recs[i].ID.Seq++
+					a.Add(&recs[i])
+				}
+				if n++; n%1024 == 0 {
+					a.TakeSpans()
+				}
+			}
+			runtime.ReadMemStats(&m1)
+			records := float64(3 * n)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/records, "ns/record")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/records, "allocs/record")
+		})
+	}
+}

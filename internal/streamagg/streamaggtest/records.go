@@ -1,0 +1,75 @@
+// Package streamaggtest writes the stream probe's records the way the
+// kernel would for streams described in a few numbers, so that the
+// user-space side (aggregation, translation to OTLP) is tested and
+// benchmarked without a kernel.
+package streamaggtest
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/stream"
+)
+
+const ms = uint64(time.Millisecond)
+
+// Addresses of the synthetic streams: a server and its client, from the
+// documentation ranges.
+var (
+	Server = netip.MustParseAddrPort("192.0.2.1:8000")
+	Client = netip.MustParseAddrPort("198.51.100.7:40000")
+)
+
+// SSEHead is a chunked text/event-stream response head.
+const SSEHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+// Stream describes one stream. The request reaches the socket at 1 s
+// (kernel time), the head is written HeadAt ms later, body chunks at the
+// ChunkAt offsets (ms), and the stream ends 1 ms after the last chunk.
+type Stream struct {
+	PID       uint32
+	Request   string // the request's head and body as the server read them
+	Head      string // the response's first write
+	HeadBytes uint32 // bytes of the first write (HeadBody: beyond the head)
+	HeadAt    uint64
+	ChunkAt   []uint64
+	// ChunkBytes is each kernel-counted chunk's size.
+	ChunkBytes uint64
+	// Sock and Seq identify it (stream.ID; Gen is 1).
+	Sock uint64
+	Seq  uint32
+}
+
+// Records returns the stream's request, response and END records; the
+// END carries the chunk-interval counts of the given bounds (s).
+func (s Stream) Records(intervalBounds []float64) []stream.Record {
+	id := stream.ID{Sock: 0xffff8880_00001000 + s.Sock, Gen: 1, Seq: s.Seq}
+	st := stream.Stats{
+		RequestTS: 1000 * ms, HeadersTS: 1000*ms + s.HeadAt*ms, HeadBytes: s.HeadBytes, PID: s.PID,
+		Local: Server, Remote: Client,
+	}
+	for i, at := range s.ChunkAt {
+		ts := 1000*ms + at*ms
+		if i == 0 {
+			st.FirstChunkTS = ts
+		} else {
+			gap := ts - st.LastChunkTS
+			st.GapSum += gap
+			st.GapMax = max(st.GapMax, gap)
+			b := 0
+			for b < len(intervalBounds) && float64(gap)/1e9 > intervalBounds[b] {
+				b++
+			}
+			st.GapCounts[b]++
+		}
+		st.LastChunkTS = ts
+		st.Chunks++
+		st.Bytes += s.ChunkBytes
+	}
+	st.EndTS = st.LastChunkTS + ms
+	return []stream.Record{
+		{Kind: stream.KindRequest, ID: id, PID: s.PID, TS: 1000 * ms, Data: []byte(s.Request)},
+		{Kind: stream.KindResponse, ID: id, PID: s.PID, TS: st.HeadersTS, Flags: stream.RespHTTP, Data: []byte(s.Head)},
+		{Kind: stream.KindEnd, ID: id, Reason: stream.EndTerminator, Stats: st},
+	}
+}

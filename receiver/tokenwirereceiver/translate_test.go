@@ -1,0 +1,121 @@
+package tokenwirereceiver
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/golden"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/pmetrictest"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/ptracetest"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/tokenwire/tokenwire/internal/handshake"
+	"github.com/tokenwire/tokenwire/internal/handshakeagg"
+	"github.com/tokenwire/tokenwire/internal/procinfo"
+	"github.com/tokenwire/tokenwire/internal/streamagg"
+	"github.com/tokenwire/tokenwire/internal/streamagg/streamaggtest"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+var updateGolden = flag.Bool("update-golden", false, "rewrite the golden files in testdata/ from this run")
+
+// goldenPID is a pid no process has (above pid_max's limit), so resources
+// carry no executable or container looked up on this machine.
+const goldenPID = 1 << 23
+
+// translator is a receiver with its aggregators and nothing loaded: the
+// kernel-free half, from records to OTLP.
+func translator(t *testing.T) *tokenwireReceiver {
+	t.Helper()
+	cfg := createDefaultConfig()
+	r := newReceiver(receivertest.NewNopSettings(metadata.Type), cfg, func() {})
+	r.startTime = pcommon.Timestamp(1e9)
+	r.mb = metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, r.set, metadata.WithStartTime(r.startTime))
+	rb := r.mb.NewResourceBuilder()
+	r.hostName = "test-host"
+	rb.SetHostName(r.hostName)
+	r.resource = rb.Emit()
+	r.hsAgg = handshakeagg.New()
+	r.stAgg = streamagg.New(streamagg.Config{MaxOpen: 64, MaxPaths: 100, MaxModels: 100, Spans: true}, procinfo.NewCache(16))
+	return r
+}
+
+// TestTranslationGolden feeds the aggregators streams and handshakes of
+// known shape and compares the metrics and spans with testdata/'s golden
+// files (go test -run TestTranslationGolden -update-golden rewrites them).
+func TestTranslationGolden(t *testing.T) {
+	r := translator(t)
+	first := "17\r\ndata: {\"t\":\"hello\"}\n\n\r\n"
+	traceparent := "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+	for _, s := range []streamaggtest.Stream{
+		{Seq: 1, Request: "POST /v1/chat/completions HTTP/1.1\r\n" + traceparent + "\r\n{\"model\":\"llama-3-8b\"}",
+			Head: streamaggtest.SSEHead + first, HeadBytes: uint32(len(streamaggtest.SSEHead) + len(first)), HeadAt: 80,
+			ChunkAt: []uint64{100, 120, 140}, ChunkBytes: 30},
+		{Seq: 2, Request: "POST /api/generate HTTP/1.1\r\n\r\n{\"model\":\"qwen\"}", Head: streamaggtest.SSEHead,
+			HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 2, ChunkAt: []uint64{300, 302, 330, 900}, ChunkBytes: 12},
+		{Seq: 3, Request: "\x16\x03\x01\x02\x00", Head: "\x17\x03\x03\x00\x20", HeadBytes: 25, HeadAt: 5,
+			ChunkAt: []uint64{5, 40}, ChunkBytes: 25},
+	} {
+		s.PID = goldenPID
+		recs := s.Records(streamagg.IntervalBounds)
+		for i := range recs {
+			r.stAgg.Add(&recs[i])
+		}
+	}
+	local, remote := netip.MustParseAddrPort("192.0.2.1:40000"), netip.MustParseAddrPort("198.51.100.7:8000")
+	for _, ev := range []handshake.Event{
+		{Role: handshake.RoleClient, Duration: 300 * time.Microsecond, HasDuration: true, Local: local, Remote: remote},
+		{Role: handshake.RoleClient, Duration: 1015 * time.Millisecond, HasDuration: true, Local: local, Remote: remote},
+		{Role: handshake.RoleServer, Duration: 40 * time.Microsecond, HasDuration: true, Local: remote, Remote: local},
+		{Role: handshake.RoleClient, Failed: true, Errno: syscall.ECONNREFUSED, Local: local, Remote: remote},
+	} {
+		r.hsAgg.Add(&ev)
+	}
+
+	md := r.metricsNow(pcommon.Timestamp(2e9))
+	td := r.traceData(r.stAgg.TakeSpans())
+	metricsFile, tracesFile := filepath.Join("testdata", "expected_metrics.yaml"), filepath.Join("testdata", "expected_traces.yaml")
+	if *updateGolden {
+		require.NoError(t, golden.WriteMetrics(t, metricsFile, md))
+		require.NoError(t, golden.WriteTraces(t, tracesFile, td))
+	}
+	wantMetrics, err := golden.ReadMetrics(metricsFile)
+	require.NoError(t, err)
+	require.NoError(t, pmetrictest.CompareMetrics(wantMetrics, md,
+		pmetrictest.IgnoreTimestamp(), pmetrictest.IgnoreStartTimestamp(), pmetrictest.IgnoreResourceMetricsOrder(),
+		pmetrictest.IgnoreMetricsOrder(), pmetrictest.IgnoreMetricDataPointsOrder()))
+	wantTraces, err := golden.ReadTraces(tracesFile)
+	require.NoError(t, err)
+	require.NoError(t, ptracetest.CompareTraces(wantTraces, td,
+		ptracetest.IgnoreSpanID(), ptracetest.IgnoreTraceID(), ptracetest.IgnoreResourceSpansOrder(), ptracetest.IgnoreSpansOrder()))
+}
+
+// BenchmarkEmission measures one collection's translation into pdata: 32
+// stream series of one process (8 paths x 4 models) with their three
+// histograms, the handshake series, and 1024 span records, as the
+// receiver builds them at each interval and span flush.
+func BenchmarkEmission(b *testing.B) {
+	r := translator(&testing.T{})
+	for i := range 1024 {
+		recs := streamaggtest.Stream{PID: goldenPID, Sock: uint64(i % 64), Seq: uint32(i/64 + 1),
+			Request: fmt.Sprintf("POST /v1/p%d/chat/completions HTTP/1.1\r\n\r\n{\"model\":\"m%d\"}", i%8, i%4),
+			Head:    streamaggtest.SSEHead, HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 1,
+			ChunkAt: []uint64{10, 20, 30}, ChunkBytes: 10}.Records(streamagg.IntervalBounds)
+		for j := range recs {
+			r.stAgg.Add(&recs[j])
+		}
+	}
+	spans := r.stAgg.TakeSpans()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = r.metricsNow(pcommon.Timestamp(2e9))
+		_ = r.traceData(spans)
+	}
+}
