@@ -177,22 +177,32 @@ func (m *Matrix) writeFailures(b *strings.Builder) {
 		if r.Problem != "" {
 			fmt.Fprintf(&out, "- **%s**: %s (%d runs never started)\n", r.Name, r.Problem, notRun)
 		}
+		// A test that fails in several runs of a row usually fails the
+		// same way: its output is shown once (matrix.json has them all).
+		shown := map[string]string{}
 		for _, run := range r.Runs {
 			if run.OK || run.SameAs != "" || (r.Problem != "" && run.Short == "not run") {
 				continue
 			}
 			fmt.Fprintf(&out, "- **%s %s** (%s): %s\n", r.Name, run.ID, run.Package, run.Problem)
 			for _, f := range run.Failures {
+				if first, ok := shown[f.Name]; ok {
+					fmt.Fprintf(&out, "  - %s: output shown under %s\n", f.Name, first)
+					continue
+				}
+				shown[f.Name] = run.ID
 				fmt.Fprintf(&out, "  - %s\n", f.Name)
-				out.WriteString(codeBlock(lastLines(f.Output, 6), "    "))
+				out.WriteString(codeBlock(f.Output, "    "))
 			}
-			if len(run.Panic) > 0 {
-				out.WriteString(codeBlock(run.Panic[:min(len(run.Panic), 6)], "  "))
+			// A panic that the binary survived (a child's) is in the
+			// failed test's output already.
+			if len(run.Panic) > 0 && run.Short != "failed" {
+				out.WriteString(codeBlock(run.Panic[:min(len(run.Panic), 8)], "  "))
 			}
 		}
 	}
 	if out.Len() > 0 {
-		b.WriteString("## Failures\n\nFirst lines each failed test logged (leaf tests only; a parent fails with its subtests).\n\n")
+		b.WriteString("## Failures\n\nWhat each failed test logged, its first and last lines (leaf tests only: a parent fails with its subtests).\n\n")
 		b.WriteString(out.String() + "\n")
 	}
 }
@@ -323,8 +333,6 @@ func codeBlock(lines []string, indent string) string {
 	}
 	return indent + "```\n" + indent + strings.Join(lines, "\n"+indent) + "\n" + indent + "```\n"
 }
-
-func lastLines(lines []string, n int) []string { return lines[max(0, len(lines)-n):] }
 
 func secs(s float64) string {
 	if s == 0 {
