@@ -158,14 +158,13 @@ grafana-test:
 # a static busybox for their initramfs, curl for the kernel packages. Only
 # `make kernels` needs them.
 KERNELS_APT_PACKAGES := qemu-system-x86 busybox-static curl
-# Guests booted at a time: under TCG a guest keeps well under two cores
-# busy (its tests mostly wait), so all three at once finish first on 2 cores.
+# Guests booted at a time: under TCG a guest keeps about 0.6 of a core busy
+# (its tests mostly wait), so all three at once finish first on 2 cores.
 KERNELS_JOBS ?= 3
 
 .PHONY: kernels
 
 ## kernels: boot each kernel pinned in kernels/kernels.json under qemu and run the BPF suites there, once per hook type, and natively; writes kernels/results/matrix.{md,json} and fails if any cell fails (root; about 20 min on 2 cores)
-kernels: export TOKENWIRE_REQUIRE_BPF := 1
 kernels: deps
 	@missing=(); \
 	for p in $(KERNELS_APT_PACKAGES); do \

@@ -327,11 +327,22 @@ func table(header []string, rows [][]string) string {
 	return b.String()
 }
 
+// maxLineLen cuts long lines (a struct dump) in the Markdown; matrix.json
+// and the console logs keep them whole.
+const maxLineLen = 240
+
 func codeBlock(lines []string, indent string) string {
 	if len(lines) == 0 {
 		return ""
 	}
-	return indent + "```\n" + indent + strings.Join(lines, "\n"+indent) + "\n" + indent + "```\n"
+	cut := make([]string, len(lines))
+	for i, l := range lines {
+		if len(l) > maxLineLen {
+			l = l[:maxLineLen] + fmt.Sprintf(" [%d more bytes]", len(l)-maxLineLen)
+		}
+		cut[i] = l
+	}
+	return indent + "```\n" + indent + strings.Join(cut, "\n"+indent) + "\n" + indent + "```\n"
 }
 
 func secs(s float64) string {

@@ -132,3 +132,12 @@ func TestTable(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+func TestCodeBlockCutsLongLines(t *testing.T) {
+	long := strings.Repeat("x", maxLineLen+10)
+	got := codeBlock([]string{"short", long}, "  ")
+	want := "  ```\n  short\n  " + strings.Repeat("x", maxLineLen) + " [10 more bytes]\n  ```\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
