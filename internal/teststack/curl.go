@@ -1,0 +1,55 @@
+package teststack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"time"
+)
+
+// CurlResult is what curl saw of one request, from its --write-out
+// variables.
+type CurlResult struct {
+	Status    int
+	Body      []byte // without the chunked framing
+	LocalPort int
+	// TTFB is curl's time_starttransfer: from the start to the first
+	// response byte; Total its time_total.
+	TTFB, Total time.Duration
+}
+
+// Curl POSTs body as JSON to url with curl (unbuffered, as a user tails a
+// stream with -N) and extra "Name: value" headers, and returns what it
+// saw.
+func Curl(ctx context.Context, url, body string, headers ...string) (CurlResult, error) {
+	args := []string{"-sS", "-N", "--max-time", "60", "-X", "POST",
+		"-H", "Content-Type: application/json", "--data-binary", body,
+		// The body to stdout, the timings to stderr as JSON.
+		"-w", "%{stderr}%{json}"}
+	for _, h := range headers {
+		args = append(args, "-H", h)
+	}
+	cmd := exec.CommandContext(ctx, "curl", append(args, url)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := CurlResult{Body: stdout.Bytes()}
+	if err != nil {
+		return res, fmt.Errorf("curl %s: %v: %s", url, err, stderr.String())
+	}
+	var w struct {
+		HTTPCode          int     `json:"http_code"`
+		LocalPort         int     `json:"local_port"`
+		TimeStartTransfer float64 `json:"time_starttransfer"`
+		TimeTotal         float64 `json:"time_total"`
+	}
+	if err := json.Unmarshal(stderr.Bytes(), &w); err != nil {
+		return res, fmt.Errorf("curl's --write-out %q: %w", stderr.String(), err)
+	}
+	res.Status, res.LocalPort = w.HTTPCode, w.LocalPort
+	res.TTFB = time.Duration(w.TimeStartTransfer * float64(time.Second))
+	res.Total = time.Duration(w.TimeTotal * float64(time.Second))
+	return res, nil
+}

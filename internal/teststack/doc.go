@@ -1,0 +1,20 @@
+// Package teststack is what the tests and benchmarks share to put real
+// streaming traffic on loopback and know exactly what was written:
+//
+//   - Go servers: the net/http SSE handler ([SSEServer]), a raw
+//     close-delimited server ([ServeRaw]), a chunked server that writes
+//     through a chosen send syscall ([ChunkedServer]) and the slow client
+//     that makes its large writes partial ([SlowGet]);
+//   - the servers users run, as child processes: Python asyncio (uvicorn
+//     with starlette or FastAPI, Debian's packages) and Node (the http
+//     module or express from npm) ([StartPython], [StartNode]); each
+//     prints a JSON line per request with what it wrote;
+//   - clients: one that sends chat completions the way the official
+//     openai SDKs do ([SDKClient]) and a curl runner ([Curl]);
+//   - one child-process helper ([StartProc], [Group]): own process group,
+//     readiness by line or probe, output captured, SIGTERM then SIGKILL.
+//
+// Every listener binds 127.0.0.1 and everything a test starts ends in its
+// cleanup. Functions that take a testing.TB fail or skip the test; the
+// others return errors, for the bench programs.
+package teststack

@@ -1,0 +1,79 @@
+package teststack
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// RawServer answers one request per connection the way simple Python
+// servers do: the status line and headers in one write, then after think
+// each event in its own write interval apart, then close (a
+// close-delimited HTTP/1.0 body).
+type RawServer struct {
+	Addr string
+	Port uint16
+	// Measured receives, per connection, CLOCK_MONOTONIC just before and
+	// after the head's write and just before and after the first event's
+	// write (buffered: 16 connections).
+	Measured chan [4]uint64
+}
+
+// ServeRaw starts a RawServer on a free 127.0.0.1 port until the test
+// ends.
+func ServeRaw(tb testing.TB, think, interval time.Duration, events []string) *RawServer {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	s := &RawServer{Addr: ln.Addr().String(), Port: uint16(ln.Addr().(*net.TCPAddr).Port), Measured: make(chan [4]uint64, 16)}
+	go acceptLoop(ln, func(c net.Conn) { s.answer(c, think, interval, events) })
+	return s
+}
+
+// acceptLoop hands each accepted connection to its own goroutine until
+// the listener is closed.
+func acceptLoop(ln net.Listener, answer func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go answer(c)
+	}
+}
+
+// readHead reads a request head up to its blank line.
+func readHead(br *bufio.Reader) {
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil || line == "\r\n" {
+			return
+		}
+	}
+}
+
+func (s *RawServer) answer(c net.Conn, think, interval time.Duration, events []string) {
+	defer c.Close()
+	readHead(bufio.NewReader(c))
+	var m [4]uint64
+	m[0] = MonotonicNow()
+	io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+	m[1] = MonotonicNow()
+	time.Sleep(think)
+	for i, ev := range events {
+		if i == 0 {
+			m[2] = MonotonicNow()
+		}
+		io.WriteString(c, ev)
+		if i == 0 {
+			m[3] = MonotonicNow()
+			s.Measured <- m
+		}
+		time.Sleep(interval)
+	}
+}

@@ -1,0 +1,153 @@
+package teststack
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// RequireStacksEnv names the environment variable that turns "server
+// stack unavailable" skips into failures; `make test` sets it, and `make
+// deps` installs the stacks. It is not TOKENWIRE_REQUIRE_BPF: the kernel
+// matrix sets that one in guests that have no Python or Node.
+const RequireStacksEnv = "TOKENWIRE_REQUIRE_STACKS"
+
+// PythonEnv and NodeEnv name the interpreters to use instead of the
+// defaults (Debian's /usr/bin/python3, then python3 and node on PATH).
+const (
+	PythonEnv = "TOKENWIRE_PYTHON"
+	NodeEnv   = "TOKENWIRE_NODE"
+)
+
+// Stack is a server implementation that users run.
+type Stack string
+
+const (
+	StackStarlette Stack = "python-starlette" // uvicorn + starlette
+	StackFastAPI   Stack = "python-fastapi"   // uvicorn + FastAPI
+	StackNodeHTTP  Stack = "node-http"        // Node's http module
+	StackExpress   Stack = "node-express"     // express on Node
+)
+
+// Stacks lists every Stack.
+var Stacks = []Stack{StackStarlette, StackFastAPI, StackNodeHTTP, StackExpress}
+
+func (s Stack) python() bool { return strings.HasPrefix(string(s), "python-") }
+
+// framework is the stack's TW_FRAMEWORK value.
+func (s Stack) framework() string {
+	_, f, _ := strings.Cut(string(s), "-")
+	return f
+}
+
+// RequireStack skips the test when the stack cannot run here, or fails it
+// when RequireStacksEnv is set.
+func RequireStack(tb testing.TB, s Stack) {
+	tb.Helper()
+	_, err := stackTool(s)
+	require(tb, string(s), err)
+}
+
+// RequireTool returns the path of a tool on PATH (curl), skipping or
+// failing the test as RequireStack does when it is missing.
+func RequireTool(tb testing.TB, name string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	require(tb, name, err)
+	return path
+}
+
+func require(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv(RequireStacksEnv) != "" {
+		tb.Fatalf("%s unavailable (%v) but %s is set", what, err, RequireStacksEnv)
+	}
+	tb.Skipf("%s unavailable: %v (set %s=1 to make this a failure; `make deps` installs it)", what, err, RequireStacksEnv)
+}
+
+// stackTool returns the interpreter that runs s, after checking that it
+// has what s needs (installing express when missing).
+func stackTool(s Stack) (string, error) {
+	switch {
+	case s.python():
+		modules := "uvicorn, starlette"
+		if s == StackFastAPI {
+			modules += ", fastapi"
+		}
+		return findPython(modules)
+	case s == StackNodeHTTP || s == StackExpress:
+		node, err := findTool(NodeEnv, "node")
+		if err != nil {
+			return "", err
+		}
+		if s == StackExpress {
+			if _, err := NodeModules(); err != nil {
+				return "", err
+			}
+		}
+		return node, nil
+	}
+	return "", fmt.Errorf("unknown stack %q", s)
+}
+
+var pythons sync.Map // modules -> pythonResult
+
+type pythonResult struct {
+	path string
+	err  error
+}
+
+// findPython returns the first interpreter that imports modules: the
+// pyenv or venv python3 first on PATH usually lacks Debian's packages,
+// so /usr/bin/python3 comes before it.
+func findPython(modules string) (string, error) {
+	if r, ok := pythons.Load(modules); ok {
+		return r.(pythonResult).path, r.(pythonResult).err
+	}
+	candidates := []string{"/usr/bin/python3", "python3"}
+	if p := os.Getenv(PythonEnv); p != "" {
+		candidates = []string{p}
+	}
+	var tried []string
+	r := pythonResult{}
+	for _, c := range candidates {
+		path, err := exec.LookPath(c)
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("%s: %v", c, err))
+			continue
+		}
+		out, err := exec.Command(path, "-c", "import "+modules).CombinedOutput()
+		if err == nil {
+			r.path = path
+			break
+		}
+		tried = append(tried, fmt.Sprintf("%s: %s", path, lastLine(out)))
+	}
+	if r.path == "" {
+		r.err = fmt.Errorf("no python3 imports %s (%s); Debian: apt-get install python3-uvicorn python3-starlette python3-fastapi",
+			modules, strings.Join(tried, "; "))
+	}
+	pythons.Store(modules, r)
+	return r.path, r.err
+}
+
+// findTool resolves a binary from an environment variable or a default
+// name on PATH.
+func findTool(env, def string) (string, error) {
+	name := def
+	if v := os.Getenv(env); v != "" {
+		name = v
+	}
+	return exec.LookPath(name)
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}

@@ -1,0 +1,151 @@
+"""An OpenAI-compatible streaming endpoint the way Python inference servers
+run one: an ASGI app (starlette, or FastAPI) on uvicorn, asyncio.
+
+POST /v1/chat/completions with {"stream": true} streams TW_EVENTS events,
+the first after TW_THINK_MS, then one every TW_INTERVAL_MS, each handed to
+the server as its own body chunk, then the end marker ("data: [DONE]" in the
+openai format, a "done": true line in the ollama format). The query
+parameters events, think_ms and interval_ms override the defaults per
+request. {"stream": false} gets one JSON body with a Content-Length.
+
+Environment: TW_PORT (0: any free port), TW_FRAMEWORK (starlette, fastapi),
+TW_FORMAT (openai, ollama), TW_EVENTS, TW_THINK_MS, TW_INTERVAL_MS.
+
+Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
+once the socket listens, then one line per request when its response is
+over, with what the app handed to the server: events, body bytes (without
+the chunked framing the server adds), whether the end marker went out, and
+CLOCK_MONOTONIC times (time.monotonic_ns, the clock BPF programs stamp
+with) of the request, of each event and of the end.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+
+import uvicorn
+
+FRAMEWORK = os.environ.get("TW_FRAMEWORK", "starlette")
+FORMAT = os.environ.get("TW_FORMAT", "openai")
+DEFAULTS = {
+    "events": int(os.environ.get("TW_EVENTS", "10")),
+    "think_ms": float(os.environ.get("TW_THINK_MS", "20")),
+    "interval_ms": float(os.environ.get("TW_INTERVAL_MS", "10")),
+}
+PLAIN = b'{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}'
+
+
+def event(i):
+    # The same bytes as the Go package's OpenAIEvent and OllamaLine.
+    if FORMAT == "ollama":
+        return '{"message":{"role":"assistant","content":"tok%03d"},"done":false}\n' % i
+    return 'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok%03d"}}]}\n\n' % i
+
+
+def end_marker():
+    if FORMAT == "ollama":
+        return '{"message":{"role":"assistant","content":""},"done":true}\n'
+    return "data: [DONE]\n\n"
+
+
+def report(rec):
+    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def param(request, name):
+    v = request.query_params.get(name)
+    return float(v) if v is not None else DEFAULTS[name]
+
+
+async def stream(rec, events, think, interval):
+    # Counted after each yield returns: the server has taken the chunk.
+    try:
+        await asyncio.sleep(think)
+        for i in range(events):
+            data = event(i).encode()
+            rec["event_ns"].append(time.monotonic_ns())
+            yield data
+            rec["events"] += 1
+            rec["body_bytes"] += len(data)
+            await asyncio.sleep(interval)
+        data = end_marker().encode()
+        yield data
+        rec["done"] = True
+        rec["body_bytes"] += len(data)
+    finally:
+        rec["end_ns"] = time.monotonic_ns()
+        report(rec)
+
+
+async def chat(request):
+    start = time.monotonic_ns()
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return PlainText(400, b"not JSON\n")
+    rec = {
+        "path": request.url.path,
+        "model": body.get("model", ""),
+        "streamed": bool(body.get("stream")),
+        "user_agent": request.headers.get("user-agent", ""),
+        "request_bytes": len(raw),
+        "events": 0,
+        "body_bytes": 0,
+        "done": False,
+        "start_ns": start,
+        "event_ns": [],
+    }
+    if not rec["streamed"]:
+        rec["body_bytes"] = len(PLAIN)
+        rec["end_ns"] = time.monotonic_ns()
+        report(rec)
+        return Response(PLAIN, media_type="application/json")
+    media = "application/x-ndjson" if FORMAT == "ollama" else "text/event-stream"
+    gen = stream(rec, int(param(request, "events")), param(request, "think_ms") / 1000, param(request, "interval_ms") / 1000)
+    return StreamingResponse(gen, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
+if FRAMEWORK == "fastapi":
+    from fastapi import FastAPI, Request
+    from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat_route(request: Request):
+        return await chat(request)
+
+elif FRAMEWORK == "starlette":
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+else:
+    sys.exit("TW_FRAMEWORK must be starlette or fastapi, not %r" % FRAMEWORK)
+
+
+def PlainText(status, content):
+    return PlainTextResponse(content, status_code=status)
+
+
+def main():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(os.environ.get("TW_PORT", "0"))))
+    sock.listen(1024)
+    # Connections made from here on wait in the backlog until uvicorn
+    # accepts them: ready before serve() is not too early.
+    report({"ready": True, "port": sock.getsockname()[1], "framework": FRAMEWORK, "format": FORMAT,
+            "uvicorn": uvicorn.__version__, "python": sys.version.split()[0]})
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+if __name__ == "__main__":
+    main()
