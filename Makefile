@@ -16,8 +16,14 @@ CONFIG      := config.yaml
 
 # Debian packages: clang/llvm compile the BPF C (bpf2go), libbpf-dev and
 # bpftool for headers and BTF dumps, iproute2 for the network-namespace tests,
-# git for check-generated.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev bpftool iproute2 git
+# git for check-generated, uvicorn/starlette/FastAPI for the tests' Python
+# servers (internal/teststack).
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev bpftool iproute2 git \
+	python3-uvicorn python3-starlette python3-fastapi
+# express for the tests' Node server: internal/teststack/node's lock file,
+# installed into $(NPM_DIR) (where the tests look for it).
+NPM_DIR      := $(BUILD_DIR)/npm
+TEST_NPM     := internal/teststack/node
 
 # Everything the collector binary is built from: a change to any of these
 # (including the embedded BPF objects) rebuilds it.
@@ -39,6 +45,10 @@ deps: $(OCB)
 		apt-get update -q; \
 		apt-get install -y -q "$${missing[@]}"; \
 	fi
+	@cmp -s $(TEST_NPM)/package-lock.json $(NPM_DIR)/package-lock.json && [[ -d $(NPM_DIR)/node_modules/express ]] || { \
+		echo "deps: npm ci into $(NPM_DIR)"; mkdir -p $(NPM_DIR); \
+		cp $(TEST_NPM)/package.json $(TEST_NPM)/package-lock.json $(NPM_DIR)/; \
+		npm ci --prefix $(NPM_DIR) --no-audit --no-fund; }
 	@mountpoint -q /sys/kernel/tracing || { echo "deps: mounting tracefs"; mount -t tracefs tracefs /sys/kernel/tracing; }
 	@mountpoint -q /sys/fs/bpf || { echo "deps: mounting bpffs"; mount -t bpf bpf /sys/fs/bpf; }
 
@@ -81,6 +91,7 @@ run: deps build
 
 ## test: run every test with the real kernel (root); BPF tests fail instead of skipping
 test: export TOKENWIRE_REQUIRE_BPF := 1
+test: export TOKENWIRE_REQUIRE_STACKS := 1
 test: deps
 	go test -count=1 -p 1 -timeout 20m ./...
 
