@@ -75,26 +75,20 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 	struct stream_state *st = track(sk, typed, now);
 	if (!st)
 		return 0;
-	if (st->state != TW_ST_REQUEST) {
-		end_stream(sk, st, TW_END_NEXT_REQUEST, now);
-		st->state = TW_ST_REQUEST;
-		st->seq++;
-		st->headers_ts = 0;
-		st->first_chunk_ts = 0;
-		st->last_chunk_ts = 0;
-		st->last_write_ts = 0;
-		st->last_flush_ts = now;
-		st->bytes = 0;
-		st->gap_sum_ns = 0;
-		st->gap_max_ns = 0;
-		st->chunks = 0;
-		st->req_captured = 0;
-		st->head_bytes = 0;
-		st->resp_flags = 0;
-		for (int i = 0; i < TW_GAP_BUCKETS; i++)
-			st->gap_counts[i] = 0;
+	if (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED) && !st->pending_req_ts) {
+		/* A request pipelined behind a chunked response that is still
+		 * being written: it starts when that one's terminator ends it. A
+		 * second one does not wait: a missed terminator costs at most
+		 * one request. */
+		st->pending_req_ts = now;
+		return 0;
 	}
-	st->req_ts = now; /* the last byte of the request wins */
+	if (st->state == TW_ST_REQUEST) {
+		st->req_ts = now; /* the last byte of the request wins */
+		return 0;
+	}
+	end_stream(sk, st, TW_END_NEXT_REQUEST, now);
+	begin_stream(st, now, now);
 	return 0;
 }
 
@@ -115,15 +109,27 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	if (ret <= 0 || !watched_sock(sk, typed))
 		return 0;
 	struct stream_state *st = state_of(sk);
-	if (!st || st->state == TW_ST_IDLE)
+	/* In IDLE only a response right after a chunked one ended is looked
+	 * at: the answer to a request pipelined behind it. */
+	if (!st || (st->state == TW_ST_IDLE && !st->ended_by_terminator))
 		return 0;
 	__u8 flags = peek_sent(sk, st, ret);
+	__u8 head = flags >> WRITE_HEAD_SHIFT;
 	__u64 now = bpf_ktime_get_ns();
+	if (head & TW_RESP_INTERIM)
+		return 0; /* 100 Continue, 103 Early Hints: the response is yet to come */
+	if (st->state == TW_ST_IDLE) {
+		st->ended_by_terminator = 0;
+		if (!(head & TW_RESP_HTTP))
+			return 0;
+		begin_stream(st, st->req_ts, now); /* it arrived with the previous request */
+	}
 	if (st->state == TW_ST_REQUEST) {
 		st->state = TW_ST_RESPONSE;
+		st->resp_flags = head;
 		st->headers_ts = now;
 		st->pid = bpf_get_current_pid_tgid() >> 32;
-		if (!(flags & WRITE_PEEKED) || !(st->resp_flags & TW_RESP_HTTP)) {
+		if (!(flags & WRITE_PEEKED) || !(head & TW_RESP_HTTP)) {
 			chunk(sk, st, ret, now); /* opaque: every write is a chunk */
 			return 0;
 		}
@@ -133,8 +139,13 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 		return 0;
 	}
 	if (flags & WRITE_TERMINATOR) {
-		st->bytes += ret;
+		if (flags & WRITE_DATA)
+			chunk(sk, st, ret, now); /* the last chunk and the terminator in one write */
+		else
+			st->bytes += ret;
 		end_stream(sk, st, TW_END_TERMINATOR, now);
+		if (st->pending_req_ts)
+			begin_stream(st, st->pending_req_ts, now);
 		return 0;
 	}
 	chunk(sk, st, ret, now);

@@ -24,7 +24,8 @@ struct stream_state {
 	__u32 chunks;
 	__u8 state;      /* enum tw_stream_state */
 	__u8 resp_flags; /* enum tw_response_flag of this response */
-	__u16 _pad;
+	__u8 ended_by_terminator; /* IDLE after a chunked response's end */
+	__u8 _pad;
 	__u32 seq;
 	__u32 _pad2;
 	/* per chunk, one bucket */
@@ -39,6 +40,7 @@ struct stream_state {
 	/* per connection */
 	__u32 portpair;     /* fallback map: tells a reused socket address apart */
 	__u64 gen;          /* when the connection was first seen; 0: new state */
+	__u64 pending_req_ts; /* a request that came during a chunked response */
 };
 
 /* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
@@ -222,6 +224,32 @@ static __always_inline void end_stream(const struct sock *sk, struct stream_stat
 		reason = TW_END_NO_RESPONSE;
 	emit_stats(sk, st, TW_REC_END, reason, now);
 	st->state = TW_ST_IDLE;
+	st->ended_by_terminator = reason == TW_END_TERMINATOR;
+}
+
+/* begin_stream starts the next stream on the connection, its request
+ * having reached the socket at req_ts. */
+static __always_inline void begin_stream(struct stream_state *st, __u64 req_ts, __u64 now)
+{
+	st->state = TW_ST_REQUEST;
+	st->seq++;
+	st->req_ts = req_ts;
+	st->headers_ts = 0;
+	st->first_chunk_ts = 0;
+	st->last_chunk_ts = 0;
+	st->last_write_ts = 0;
+	st->last_flush_ts = now;
+	st->bytes = 0;
+	st->gap_sum_ns = 0;
+	st->gap_max_ns = 0;
+	st->chunks = 0;
+	st->req_captured = 0;
+	st->head_bytes = 0;
+	st->resp_flags = 0;
+	st->ended_by_terminator = 0;
+	st->pending_req_ts = 0;
+	for (int i = 0; i < TW_GAP_BUCKETS; i++)
+		st->gap_counts[i] = 0;
 }
 
 /* gap_bucket returns the index of the first bound >= gap (16: none), by

@@ -43,29 +43,31 @@ type StreamStreamPayload struct {
 }
 
 type StreamStreamState struct {
-	_            structs.HostLayout
-	LastChunkTs  uint64
-	LastWriteTs  uint64
-	LastFlushTs  uint64
-	Bytes        uint64
-	GapSumNs     uint64
-	GapMaxNs     uint64
-	Chunks       uint32
-	State        uint8
-	RespFlags    uint8
-	Pad          uint16
-	Seq          uint32
-	Pad2         uint32
-	GapCounts    [17]uint32
-	_            [4]byte
-	ReqTs        uint64
-	HeadersTs    uint64
-	FirstChunkTs uint64
-	Pid          uint32
-	ReqCaptured  uint32
-	HeadBytes    uint32
-	Portpair     uint32
-	Gen          uint64
+	_                 structs.HostLayout
+	LastChunkTs       uint64
+	LastWriteTs       uint64
+	LastFlushTs       uint64
+	Bytes             uint64
+	GapSumNs          uint64
+	GapMaxNs          uint64
+	Chunks            uint32
+	State             uint8
+	RespFlags         uint8
+	EndedByTerminator uint8
+	Pad               uint8
+	Seq               uint32
+	Pad2              uint32
+	GapCounts         [17]uint32
+	_                 [4]byte
+	ReqTs             uint64
+	HeadersTs         uint64
+	FirstChunkTs      uint64
+	Pid               uint32
+	ReqCaptured       uint32
+	HeadBytes         uint32
+	Portpair          uint32
+	Gen               uint64
+	PendingReqTs      uint64
 }
 
 type StreamStreamStats struct {
@@ -111,7 +113,9 @@ type StreamTwEndpoints struct {
 type StreamTwResponseFlag uint32
 
 const (
-	StreamTwResponseFlagTW_RESP_HTTP StreamTwResponseFlag = 1
+	StreamTwResponseFlagTW_RESP_HTTP    StreamTwResponseFlag = 1
+	StreamTwResponseFlagTW_RESP_CHUNKED StreamTwResponseFlag = 2
+	StreamTwResponseFlagTW_RESP_INTERIM StreamTwResponseFlag = 4
 )
 
 type StreamTwStreamCounter uint32
@@ -151,6 +155,7 @@ const (
 	StreamMapTwStCounters          = "tw_st_counters"
 	StreamMapTwStEvents            = "tw_st_events"
 	StreamMapTwStPorts             = "tw_st_ports"
+	StreamMapTwStScratch           = "tw_st_scratch"
 	StreamMapTwStSk                = "tw_st_sk"
 	StreamMapTwStSocks             = "tw_st_socks"
 	StreamProgTwStReadyBtf         = "tw_st_ready_btf"
@@ -274,6 +279,7 @@ type StreamMapSpecs struct {
 	TwStCounters *ebpf.MapSpec `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.MapSpec `ebpf:"tw_st_events"`
 	TwStPorts    *ebpf.MapSpec `ebpf:"tw_st_ports"`
+	TwStScratch  *ebpf.MapSpec `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.MapSpec `ebpf:"tw_st_sk"`
 	TwStSocks    *ebpf.MapSpec `ebpf:"tw_st_socks"`
 }
@@ -327,6 +333,7 @@ type StreamMaps struct {
 	TwStCounters *ebpf.Map `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.Map `ebpf:"tw_st_events"`
 	TwStPorts    *ebpf.Map `ebpf:"tw_st_ports"`
+	TwStScratch  *ebpf.Map `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.Map `ebpf:"tw_st_sk"`
 	TwStSocks    *ebpf.Map `ebpf:"tw_st_socks"`
 }
@@ -337,6 +344,7 @@ func (m *StreamMaps) Close() error {
 		m.TwStCounters,
 		m.TwStEvents,
 		m.TwStPorts,
+		m.TwStScratch,
 		m.TwStSk,
 		m.TwStSocks,
 	)

@@ -93,7 +93,9 @@ enum tw_end_reason {
 
 /* Flags of a response record. */
 enum tw_response_flag {
-	TW_RESP_HTTP = 1 << 0, /* the write starts with "HTTP/1." */
+	TW_RESP_HTTP = 1 << 0,    /* the write starts with "HTTP/1." */
+	TW_RESP_CHUNKED = 1 << 1, /* its head says "chunked": a terminator will end it */
+	TW_RESP_INTERIM = 1 << 2, /* a 1xx head (100 Continue, 103 Early Hints) alone */
 };
 
 /* Identifies a stream: the socket, the generation of its state (when the

@@ -208,8 +208,17 @@ func (r Response) Streamed() bool {
 }
 
 // ParseResponse reads the head of a response without allocating. ok is
-// false when b does not start with an HTTP/1.x status line.
+// false when b does not start with an HTTP/1.x status line. Interim heads
+// (1xx: 100 Continue, 103 Early Hints) written with the final one are
+// passed over: the final head is the response's.
 func ParseResponse(b []byte) (resp Response, ok bool) {
+	for len(b) > 12 && bytes.HasPrefix(b, []byte("HTTP/1.")) && b[9] == '1' && b[8] == ' ' {
+		_, rest, found := bytes.Cut(b, []byte("\r\n\r\n"))
+		if !found || len(rest) == 0 {
+			break // an interim head alone is read as it is
+		}
+		b = rest
+	}
 	resp.ContentLength = -1
 	line, rest, found := bytes.Cut(b, []byte("\r\n"))
 	if !found || !bytes.HasPrefix(line, []byte("HTTP/1.")) || len(line) < 12 || line[8] != ' ' {

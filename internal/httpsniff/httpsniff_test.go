@@ -81,6 +81,10 @@ func TestParseResponse(t *testing.T) {
 		{"no reason phrase", "HTTP/1.1 599\r\n\r\n", true, 599, false},
 		{"chunked among codings, any case", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, CHUNKED\r\n\r\n", true, 200, true},
 		{"not chunked (Kelvin sign)", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chun\u212aed\r\n\r\n", true, 200, false},
+		{"100 Continue then the final head", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n", true, 200, true},
+		{"103 Early Hints then the final head", "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" +
+			"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true, 200, true},
+		{"an interim head alone", "HTTP/1.1 100 Continue\r\n\r\n", true, 100, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

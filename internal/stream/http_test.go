@@ -1,0 +1,405 @@
+package stream
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+)
+
+// HTTP as servers really write it: interim responses, pipelining,
+// gathered writes, trailers, early closes and peeks. Each test knows
+// exactly what the wire carried and checks the kernel's records against
+// it.
+
+// sseEvents is a net/http handler that flushes its head, then streams n
+// events of one byte of payload each, apart by more than the coalescing
+// window, then returns. With the head on its own, every event is one of
+// the kernel's chunks.
+func sseEvents(n int, beforeHead func(http.ResponseWriter)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if beforeHead != nil {
+			beforeHead(w)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for i := range n {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(3 * time.Millisecond)
+		}
+	}
+}
+
+// heads returns the RESPONSE records' first lines, in order.
+func heads(recs []Record) []string {
+	var out []string
+	for _, r := range recs {
+		if r.Kind == KindResponse {
+			line, _, _ := bytes.Cut(r.Data, []byte("\r\n"))
+			out = append(out, string(line))
+		}
+	}
+	return out
+}
+
+func requestBytes(recs []Record) []byte {
+	var out []byte
+	for _, r := range recs {
+		if r.Kind == KindRequest {
+			out = append(out, r.Data...)
+		}
+	}
+	return out
+}
+
+// dialRaw connects to the test server and arranges for the connection to
+// be closed when the test ends.
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readChunked reads one chunked response (head and body) from br.
+func readChunked(t *testing.T, br *bufio.Reader) *http.Response {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// Expect: 100-continue: the interim "100 Continue" is not the stream's
+// head; the request (head and body, sent after the 100) is one request.
+func TestInterimContinueIsNotTheHead(t *testing.T) {
+	bpftest.Require(t)
+	addr, port := serve(t, sseEvents(3, nil))
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	c := dialRaw(t, addr)
+	body := `{"messages":[{"role":"user","content":"hi"}],"model":"m-100"}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n", len(body))
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("want 100 Continue first, got %q (%v)", line, err)
+	}
+	br.ReadString('\n') // the interim head's blank line
+	io.WriteString(c, body)
+	if resp := readChunked(t, br); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	streams := rec.ends(t, 1)
+	e := requireCompleted(t, streams, 1)[0]
+	if h := heads(streams[e.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+		t.Errorf("response heads %q, want only the 200", h)
+	}
+	if req := requestBytes(streams[e.ID]); !bytes.Contains(req, []byte(`"model":"m-100"`)) {
+		t.Errorf("request %q: the body sent after the 100 is missing", req)
+	}
+	if e.Stats.Chunks != 3 || e.Reason != EndTerminator {
+		t.Errorf("%d chunks, end %v; want 3 ended by the terminator", e.Stats.Chunks, e.Reason)
+	}
+}
+
+// 103 Early Hints before the final head: one stream, headed by the 200.
+func TestEarlyHintsAreNotTheHead(t *testing.T) {
+	bpftest.Require(t)
+	addr, port := serve(t, sseEvents(2, func(w http.ResponseWriter) {
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+	}))
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/hints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	streams := rec.ends(t, 1)
+	e := requireCompleted(t, streams, 1)[0]
+	if h := heads(streams[e.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+		t.Errorf("response heads %q, want only the 200", h)
+	}
+	if e.Stats.Chunks != 2 || e.Reason != EndTerminator {
+		t.Errorf("%d chunks, end %v; want 2 ended by the terminator", e.Stats.Chunks, e.Reason)
+	}
+}
+
+// Pipelined requests on one connection are separate streams, each from
+// its own request: sent together, and the second while the first
+// response is still being written.
+func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
+	bpftest.Require(t)
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("second sent during the first response=%v", late), func(t *testing.T) {
+			addr, port := serve(t, sseEvents(4, nil))
+			tr, err := Open(testConfig(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := record(t, tr)
+			c := dialRaw(t, addr)
+			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
+			br := bufio.NewReader(c)
+			var sent2 uint64
+			if late {
+				io.WriteString(c, req("/one"))
+				if _, err := br.Peek(1); err != nil { // the first response has begun
+					t.Fatal(err)
+				}
+				sent2 = monotonicNow()
+				io.WriteString(c, req("/two"))
+			} else {
+				io.WriteString(c, req("/one")+req("/two"))
+			}
+			readChunked(t, br)
+			readChunked(t, br)
+			ends := requireCompleted(t, rec.ends(t, 2), 2)
+			if ends[0].Stats.RequestTS > ends[1].Stats.RequestTS {
+				ends[0], ends[1] = ends[1], ends[0]
+			}
+			for i, e := range ends {
+				if e.Stats.Chunks != 4 || e.Reason != EndTerminator {
+					t.Errorf("stream %d: %d chunks, end %v; want 4 ended by the terminator", i, e.Stats.Chunks, e.Reason)
+				}
+			}
+			second := ends[1].Stats
+			if late && second.RequestTS < sent2 {
+				t.Errorf("second request stamped at %d, before it was sent (%d)", second.RequestTS, sent2)
+			}
+			if !late && second.RequestTS != ends[0].Stats.RequestTS {
+				t.Errorf("requests sent together stamped %d and %d", ends[0].Stats.RequestTS, second.RequestTS)
+			}
+			if second.FirstChunkTS <= ends[0].Stats.EndTS {
+				t.Errorf("second stream's first chunk %d before the first stream ended %d", second.FirstChunkTS, ends[0].Stats.EndTS)
+			}
+		})
+	}
+}
+
+// writesServer answers one request with a chunked SSE head, then each
+// write of writes as one writev of its buffers, 3 ms apart (more than the
+// coalescing window), then waits for the client to close.
+func writesServer(t *testing.T, writes [][][]byte) uint16 {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			if line, err := br.ReadString('\n'); err != nil || line == "\r\n" {
+				break
+			}
+		}
+		tc := c.(*net.TCPConn)
+		sendAll(tc, "write", [][]byte{[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")})
+		for _, w := range writes {
+			time.Sleep(3 * time.Millisecond)
+			sendAll(tc, "writev", w)
+		}
+		io.Copy(io.Discard, c)
+	}()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// frame is an SSE event as a chunk in separate buffers: size line, data,
+// CRLF (as Node's http module hands them to writev).
+func frame(ev string) [][]byte {
+	return [][]byte{fmt.Appendf(nil, "%x\r\n", len(ev)), []byte(ev), []byte("\r\n")}
+}
+
+func size(bufs [][]byte) (n uint64) {
+	for _, b := range bufs {
+		n += uint64(len(b))
+	}
+	return n
+}
+
+// A terminator is found wherever a gathered write puts it: a [DONE]
+// event spread over three buffers, the last chunk and the terminator in
+// one write (Node's res.end(data)), or a terminating chunk with trailers.
+func TestTerminatorsInGatheredWrites(t *testing.T) {
+	bpftest.Require(t)
+	done := frame("data: [DONE]\n\n")
+	last := append(frame("data: 2\n\n"), []byte("0\r\n\r\n"))
+	for _, c := range []struct {
+		name   string
+		writes [][][]byte
+		chunks uint32
+		bytes  uint64 // body bytes the kernel should count
+	}{
+		{"[DONE] then the terminator", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), frame("data: 2\n\n"), done,
+			{[]byte("0\r\n\r\n")}}, 3, 3*size(frame("data: 0\n\n")) + size(done)},
+		{"last chunk with the terminator", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), last}, 3,
+			2*size(frame("data: 0\n\n")) + size(last)},
+		{"trailers", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), {[]byte("0\r\nX-Usage: 5\r\n\r\n")}}, 2,
+			2*size(frame("data: 0\n\n")) + uint64(len("0\r\nX-Usage: 5\r\n\r\n"))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			port := writesServer(t, c.writes)
+			tr, err := Open(testConfig(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := record(t, tr)
+			conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
+			io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+			readChunked(t, bufio.NewReader(conn))
+			e := requireCompleted(t, rec.ends(t, 1), 1)[0]
+			if e.Stats.Chunks != c.chunks || e.Stats.Bytes != c.bytes || e.Reason != EndTerminator {
+				t.Errorf("%d chunks, %d bytes, end %v; want %d chunks, %d bytes, ended by the terminator",
+					e.Stats.Chunks, e.Stats.Bytes, e.Reason, c.chunks, c.bytes)
+			}
+		})
+	}
+}
+
+// A client that closes right after the [DONE] event, before the final
+// zero-length chunk (the kernel answers the server's terminator with a
+// reset): its FIN is no request, so every stream is counted once.
+func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
+	bpftest.Require(t)
+	srv := &sseServer{think: time.Millisecond, interval: 3 * time.Millisecond, events: 3, done: true, headersFirst: true}
+	addr, port := serve(t, srv)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	const n = 20
+	for range n {
+		c := dialRaw(t, addr)
+		io.WriteString(c, "GET /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(line, "data: [DONE]") {
+				break
+			}
+		}
+		c.Close()
+	}
+	rec.ends(t, n)
+	time.Sleep(200 * time.Millisecond) // a ghost would end after the reset
+	ends := requireCompleted(t, rec.ends(t, n), n)
+	for _, e := range ends {
+		if e.Stats.Chunks != 3 || e.Reason != EndTerminator {
+			t.Errorf("stream %v: %d chunks, end %v; want 3 ended by [DONE]", e.ID, e.Stats.Chunks, e.Reason)
+		}
+	}
+}
+
+// An SSE response that is neither chunked nor sized (HTTP/1.0, or
+// Connection: close) is ended by the server's close: every event is a
+// chunk and the stream ends with the close.
+func TestCloseDelimitedResponse(t *testing.T) {
+	bpftest.Require(t)
+	events := []string{"data: a\n\n", "data: b\n\n", "data: c\n\n", "data: d\n\n"}
+	addr, port, _ := rawServer(t, time.Millisecond, 3*time.Millisecond, events)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	c := dialRaw(t, addr)
+	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	body, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := requireCompleted(t, rec.ends(t, 1), 1)[0]
+	headLen := bytes.Index(body, []byte("\r\n\r\n")) + 4
+	if e.Stats.Chunks != uint32(len(events)) || e.Reason != EndClose ||
+		uint64(len(body)-headLen) != e.Stats.Bytes {
+		t.Errorf("%d chunks, %d bytes, end %v; want %d chunks, %d bytes, ended by the close",
+			e.Stats.Chunks, e.Stats.Bytes, e.Reason, len(events), len(body)-headLen)
+	}
+}
+
+// A server that peeks at the request (recv with MSG_PEEK) before reading
+// it: the request is captured once.
+func TestPeekedRequestIsCapturedOnce(t *testing.T) {
+	bpftest.Require(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	const request = "GET /peeked HTTP/1.1\r\nHost: x\r\n\r\n"
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		rc, _ := c.(*net.TCPConn).SyscallConn()
+		buf := make([]byte, 512)
+		rc.Read(func(fd uintptr) bool {
+			n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_PEEK)
+			return err != unix.EAGAIN && n == len(request)
+		})
+		io.ReadFull(c, buf[:len(request)])
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		time.Sleep(3 * time.Millisecond)
+		io.WriteString(c, "8\r\ndata: x\n\r\n")
+		time.Sleep(3 * time.Millisecond)
+		io.WriteString(c, "0\r\n\r\n")
+		io.Copy(io.Discard, c)
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	tr, err := Open(testConfig(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	c := dialRaw(t, ln.Addr().String())
+	io.WriteString(c, request)
+	readChunked(t, bufio.NewReader(c))
+	streams := rec.ends(t, 1)
+	e := requireCompleted(t, streams, 1)[0]
+	if got := requestBytes(streams[e.ID]); string(got) != request {
+		t.Errorf("request captured as %q, want it once: %q", got, request)
+	}
+}
