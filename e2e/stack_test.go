@@ -302,7 +302,7 @@ func checkStreams(t *testing.T, prom *promClient, byModel string, streams, bytes
 	}
 	for k, want := range map[string]string{
 		"server_port": strconv.Itoa(streamsPort), "http_request_method": "POST",
-		"url_path": chatPath, "tokenwire_stream_mode": "http", "job": "tokenwire",
+		"http_route": chatPath, "tokenwire_stream_mode": "http", "job": "tokenwire",
 	} {
 		if got := series[0].Metric[k]; got != want {
 			t.Errorf("TTFT series label %s = %q, want %q", k, got, want)

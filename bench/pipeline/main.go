@@ -287,8 +287,12 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 		var agg *streamagg.Aggregator
 		var skipped, evicted atomic.Uint64
 		if st.agg {
-			agg = streamagg.New(streamagg.Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100, Spans: st.spans,
+			var err error
+			agg, err = streamagg.New(streamagg.Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100, Spans: st.spans,
 				OnSkip: func(string) { skipped.Add(1) }, OnEvict: func() { evicted.Add(1) }}, procinfo.NewCache(4096))
+			if err != nil {
+				return nil, err
+			}
 		}
 		r.agg.Store(agg)
 		// Warm-up, not recorded: the reader's first wake-ups, page faults

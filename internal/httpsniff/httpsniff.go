@@ -129,28 +129,41 @@ func SniffRequest(b []byte) (req RequestHead, ok bool) {
 	return req, true
 }
 
-// parseTraceParent accepts version 00 headers with non-zero IDs.
+// parseTraceParent reads a W3C traceparent header strictly: two
+// lower-case hex digits of version (not ff), a 32-digit trace ID and a
+// 16-digit parent ID, neither all zeros, and two digits of flags, all
+// lower-case hex, dash-separated. Version 00 has nothing after the flags;
+// a later version may add fields after another dash, which are ignored.
 func parseTraceParent(v []byte) TraceParent {
+	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return TraceParent{}
+	}
+	if !lowerHex(v[:2]) || string(v[:2]) == "ff" || string(v[:2]) == "00" && len(v) != 55 || len(v) > 55 && v[55] != '-' {
+		return TraceParent{}
+	}
+	if !lowerHex(v[3:35]) || !lowerHex(v[36:52]) || !lowerHex(v[53:55]) {
+		return TraceParent{}
+	}
 	var tp TraceParent
-	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' || string(v[:2]) != "00" {
-		return tp
-	}
-	if _, err := hex.Decode(tp.TraceID[:], v[3:35]); err != nil {
-		return TraceParent{}
-	}
-	if _, err := hex.Decode(tp.SpanID[:], v[36:52]); err != nil {
-		return TraceParent{}
-	}
+	hex.Decode(tp.TraceID[:], v[3:35])
+	hex.Decode(tp.SpanID[:], v[36:52])
 	var f [1]byte
-	if _, err := hex.Decode(f[:], v[53:55]); err != nil {
-		return TraceParent{}
-	}
+	hex.Decode(f[:], v[53:55])
 	tp.Flags = f[0]
-	tp.Valid = tp.TraceID != [16]byte{} && tp.SpanID != [8]byte{}
-	if !tp.Valid {
+	if tp.TraceID == [16]byte{} || tp.SpanID == [8]byte{} {
 		return TraceParent{}
 	}
+	tp.Valid = true
 	return tp
+}
+
+func lowerHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // jsonModel finds "model": "<value>" in a (possibly truncated) JSON body.

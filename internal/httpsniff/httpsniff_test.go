@@ -167,3 +167,30 @@ var allocCorpus = []string{
 	"\x17\x03\x03\x00\x20",
 	"HTTP/1.1 2x0 OK\r\n\r\n",
 }
+
+// The W3C rules, strictly: anything else is no traceparent at all.
+func TestTraceParentIsStrict(t *testing.T) {
+	const good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for v, valid := range map[string]bool{
+		good: true,
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":            true,  // a later version
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes": true,  // its extra fields are ignored
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x":           false, // not after a dash
+		good + "-extra": false, // version 00 has nothing more
+		good + " ":      true,  // header values are trimmed first
+		"ff" + good[2:]: false, // version ff is invalid
+		"0g" + good[2:]: false,
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01": false, // upper case
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00F067AA0BA902B7-01": false,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0A": false,
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01": false, // zero trace id
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01": false, // zero parent id
+		"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": false,
+		good[:54]: false,
+	} {
+		req, ok := SniffRequest([]byte("GET / HTTP/1.1\r\ntraceparent: " + v + "\r\n\r\n"))
+		if !ok || req.TraceParent.Valid != valid {
+			t.Errorf("traceparent %q: valid %v, want %v", v, req.TraceParent.Valid, valid)
+		}
+	}
+}

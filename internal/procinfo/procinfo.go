@@ -231,3 +231,32 @@ func lastColon(s string) int {
 	}
 	return -1
 }
+
+// Process is one process as the cache saw it: its pid, what tells it
+// apart from later holders of that pid, and its Info then.
+type Process struct {
+	PID uint32
+	Info
+	id identity
+}
+
+// Describe returns the process that holds pid now, read once: ok is false
+// when no process holds it. Keep the Process to name a process by what it
+// was, whatever holds the pid later.
+func (c *Cache) Describe(pid uint32, fallback string) (p Process, ok bool) {
+	id, err := c.identify(pid)
+	if err != nil {
+		return Process{PID: pid, Info: Info{Executable: fallback}}, false
+	}
+	info := c.Lookup(pid, fallback)
+	if id2, err := c.identify(pid); err != nil || id2 != id {
+		return Process{PID: pid, Info: Info{Executable: fallback}}, false
+	}
+	return Process{PID: pid, Info: info, id: id}, true
+}
+
+// Running reports whether p still holds its pid.
+func (c *Cache) Running(p Process) bool {
+	id, err := c.identify(p.PID)
+	return err == nil && id == p.id && id != identity{}
+}

@@ -411,6 +411,10 @@ func TestRealProcessExitAndPIDReuse(t *testing.T) {
 	if again := c.Lookup(pid, "fallback"); again != first {
 		t.Errorf("second lookup %+v, want %+v", again, first)
 	}
+	proc, ok := c.Describe(pid, "fallback")
+	if !ok || proc.Info != first || !c.Running(proc) {
+		t.Fatalf("Describe: %+v ok=%v running=%v, want the child, running", proc, ok, c.Running(proc))
+	}
 
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -418,6 +422,12 @@ func TestRealProcessExitAndPIDReuse(t *testing.T) {
 	_ = child.Wait() // reaped: the pid is free
 	if got, want := c.Lookup(pid, "gone"), (Info{"gone", ""}); got != want {
 		t.Errorf("after exit: %+v, want %+v", got, want)
+	}
+	if c.Running(proc) {
+		t.Error("the child is reported running after it exited")
+	}
+	if _, ok := c.Describe(pid, "gone"); ok {
+		t.Error("Describe found a process on the freed pid")
 	}
 
 	next, err := reusePID(t, pid, tail, "-f", "/dev/null")
@@ -435,6 +445,9 @@ func TestRealProcessExitAndPIDReuse(t *testing.T) {
 	}
 	if got := c.Lookup(pid, "new"); got.Executable != filepath.Base(tail) {
 		t.Errorf("after reuse by %s (pid %d): executable %q, want %q", tail, next.Process.Pid, got.Executable, filepath.Base(tail))
+	}
+	if c.Running(proc) {
+		t.Error("the first process is reported running while another holds its pid")
 	}
 }
 

@@ -12,6 +12,7 @@
 package streamagg
 
 import (
+	"math"
 	"net/netip"
 	"sync"
 	"time"
@@ -38,9 +39,20 @@ type Config struct {
 	// MaxOpen bounds the streams between request and end; when full, the
 	// oldest-looking entry is dropped (OnEvict).
 	MaxOpen int
-	// MaxPaths and MaxModels cap the distinct url.path and
+	// MaxPaths and MaxModels cap the distinct http.route and
 	// gen_ai.request.model values; later ones are reported as OtherValue.
+	// A value not seen for SeriesExpiry gives its place to a new one.
 	MaxPaths, MaxModels int
+	// Routes are route templates ("/v1/models/{model}:generate"): a path
+	// that matches one is reported as that route. Other paths become
+	// routes with numeric, UUID and long hex segments replaced by {id}.
+	Routes []string
+	// MaxSeries caps the series; streams of new attribute sets beyond it
+	// are counted in an overflow series (OnOverflow).
+	MaxSeries int
+	// SeriesExpiry is how long a series of a process that exited stays
+	// after its last stream (0: for good).
+	SeriesExpiry time.Duration
 	// Pids and ProcessNames, when set, keep only streams written by these
 	// processes (by pid, or by executable name).
 	Pids         []uint32
@@ -48,9 +60,11 @@ type Config struct {
 	// Spans keeps a span record per finished stream.
 	Spans bool
 	// OnSkip is called for each stream not reported, with its reason;
-	// OnEvict for each open stream dropped for room. Either may be nil.
-	OnSkip  func(reason string)
-	OnEvict func()
+	// OnEvict for each open stream dropped for room; OnOverflow for each
+	// stream counted in the overflow series. Any may be nil.
+	OnSkip     func(reason string)
+	OnEvict    func()
+	OnOverflow func()
 }
 
 // Aggregator folds stream records into series and span records. It is
@@ -66,12 +80,12 @@ type Aggregator struct {
 	open   map[stream.ID]*openStream
 	ended  map[stream.ID]bool // ended here (idle) while the kernel may still write
 	series map[SeriesKey]*Series
-	// paths and models map each value seen (up to the caps) to itself,
-	// and comms thread names to themselves: looked up with m[string(b)],
-	// which does not allocate, they turn captured bytes into strings that
-	// are allocated once.
-	paths  map[string]string
-	models map[string]string
+	routes *router
+	// routes' and models' values, and thread names: looked up with
+	// m[string(b)], which does not allocate, they turn captured bytes
+	// into strings that are allocated once.
+	paths  *values
+	models *values
 	comms  map[string]string
 	spans  []Span
 }
@@ -85,8 +99,19 @@ const (
 )
 
 // New returns an aggregator. procs names the processes behind pids (for
-// ProcessNames and for resources).
-func New(cfg Config, procs *procinfo.Cache) *Aggregator {
+// ProcessNames and for resources). It fails only on a bad route template.
+func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
+	routes, err := newRouter(cfg.Routes)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxSeries <= 0 {
+		cfg.MaxSeries = math.MaxInt
+	}
+	expiry := cfg.SeriesExpiry
+	if expiry <= 0 {
+		expiry = math.MaxInt64
+	}
 	a := &Aggregator{
 		cfg:    cfg,
 		procs:  procs,
@@ -96,8 +121,9 @@ func New(cfg Config, procs *procinfo.Cache) *Aggregator {
 		open:   map[stream.ID]*openStream{},
 		ended:  map[stream.ID]bool{},
 		series: map[SeriesKey]*Series{},
-		paths:  map[string]string{},
-		models: map[string]string{},
+		routes: routes,
+		paths:  newValues(cfg.MaxPaths, expiry),
+		models: newValues(cfg.MaxModels, expiry),
 		comms:  map[string]string{},
 	}
 	for _, p := range cfg.Pids {
@@ -112,7 +138,10 @@ func New(cfg Config, procs *procinfo.Cache) *Aggregator {
 	if a.cfg.OnEvict == nil {
 		a.cfg.OnEvict = func() {}
 	}
-	return a
+	if a.cfg.OnOverflow == nil {
+		a.cfg.OnOverflow = func() {}
+	}
+	return a, nil
 }
 
 // openStream is what is known of a stream between its request and its

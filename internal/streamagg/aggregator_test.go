@@ -17,6 +17,14 @@ import (
 
 const sseHead = streamaggtest.SSEHead
 
+func mustNew(cfg Config) *Aggregator {
+	a, err := New(cfg, procinfo.NewCache(16))
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
 func testConfig() Config {
 	return Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100, Spans: true}
 }
@@ -31,7 +39,7 @@ type harness struct {
 func newHarness(cfg Config) *harness {
 	h := &harness{pid: uint32(os.Getpid()), skips: map[string]int{}}
 	cfg.OnSkip = func(r string) { h.skips[r]++ }
-	h.a = New(cfg, procinfo.NewCache(16))
+	h.a = mustNew(cfg)
 	return h
 }
 
@@ -49,7 +57,7 @@ func (h *harness) run(s streamaggtest.Stream) {
 func (h *harness) series(t *testing.T, path, model string) Series {
 	t.Helper()
 	for _, s := range h.a.Snapshot() {
-		if s.Key.Path == path && s.Key.Model == model {
+		if s.Key.Route == path && s.Key.Model == model {
 			return s.Series
 		}
 	}
@@ -138,7 +146,7 @@ func TestOpenStreamTableIsBounded(t *testing.T) {
 	cfg.MaxOpen = 10
 	evicted := 0
 	cfg.OnEvict = func() { evicted++ }
-	a := New(cfg, procinfo.NewCache(16))
+	a := mustNew(cfg)
 	for i := range 25 {
 		a.Add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: uint64(i), Seq: 1}, Data: []byte("GET / HTTP/1.1\r\n\r\n")})
 	}
@@ -273,7 +281,7 @@ func BenchmarkStreamRecords(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := testConfig()
 			cfg.Spans = spans
-			a := New(cfg, procinfo.NewCache(16))
+			a := mustNew(cfg)
 			streams := steadyStreams(64)
 			replay(a, streams)
 			a.TakeSpans()

@@ -2,6 +2,7 @@ package streamagg
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/tokenwire/tokenwire/internal/httpsniff"
 	"github.com/tokenwire/tokenwire/internal/stream"
@@ -35,10 +36,11 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 	}
 	key := SeriesKey{PID: o.pid, Port: st.Local.Port(), Mode: mode}
 	if reqOK && respOK {
+		now := time.Since(a.base)
 		key.Method = req.Method
-		key.Path = capped(a.paths, a.cfg.MaxPaths, req.Path)
+		key.Route = a.paths.get(a.routes.route(req.Path), now)
 		if len(req.Model) > 0 {
-			key.Model = capped(a.models, a.cfg.MaxModels, req.Model)
+			key.Model = a.models.get(req.Model, now)
 		}
 	}
 	o.key = key
@@ -46,6 +48,7 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 		o.span = spanHead{isHTTP: respOK, status: resp.Status, traceParent: req.TraceParent}
 		if reqOK && respOK {
 			o.span.path, o.span.model = string(req.Path), string(req.Model)
+			o.span.route = string(a.routes.route(req.Path))
 		}
 	}
 }
@@ -75,19 +78,4 @@ func (a *Aggregator) comm(b *[16]byte) string {
 	v := string(c)
 	a.comms[v] = v
 	return v
-}
-
-// capped returns v as a string while fewer than limit distinct values
-// were seen, then OtherValue for new ones. A value seen before costs no
-// allocation.
-func capped(seen map[string]string, limit int, v []byte) string {
-	if s, ok := seen[string(v)]; ok {
-		return s
-	}
-	if len(seen) >= limit {
-		return OtherValue
-	}
-	s := string(v)
-	seen[s] = s
-	return s
 }

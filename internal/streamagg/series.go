@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/histogram"
+	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
 )
 
@@ -46,17 +47,26 @@ func (m Mode) String() string {
 }
 
 // SeriesKey is one attribute set of the stream metrics, under one process.
+// The overflow series (beyond Config.MaxSeries) has PID 0, port 0 and
+// OtherValue for method, route and model.
 type SeriesKey struct {
-	PID                 uint32
-	Port                uint16
-	Method, Path, Model string
-	Mode                Mode
+	PID                  uint32
+	Port                 uint16
+	Method, Route, Model string
+	Mode                 Mode
 }
 
 // Series holds one attribute set's cumulative totals.
 type Series struct {
 	TTFT, Duration, Interval *histogram.Histogram
 	Chunks, Bytes            int64
+	// Process is the process that wrote the series' first stream, read
+	// when the series was made: its resource stays the same whatever
+	// holds the pid later. Running is false when it had exited by then.
+	Process procinfo.Process
+	Running bool
+
+	lastUpdate time.Duration // since Aggregator.base
 }
 
 func newSeries() *Series {
@@ -65,6 +75,46 @@ func newSeries() *Series {
 		Duration: histogram.New(len(DurationBounds)),
 		Interval: histogram.New(len(IntervalBounds)),
 	}
+}
+
+// seriesOf returns the series of o's key, making it; beyond MaxSeries new
+// keys go to the overflow series of their mode.
+func (a *Aggregator) seriesOf(o *openStream) *Series {
+	if ser := a.series[o.key]; ser != nil {
+		return ser
+	}
+	if len(a.series) >= a.cfg.MaxSeries {
+		a.cfg.OnOverflow()
+		o.key = SeriesKey{Method: OtherValue, Route: OtherValue, Model: OtherValue, Mode: o.key.Mode}
+		if ser := a.series[o.key]; ser != nil {
+			return ser
+		}
+	}
+	ser := newSeries()
+	if o.key.PID != 0 {
+		ser.Process, ser.Running = a.procs.Describe(o.key.PID, a.comm(&o.comm))
+	}
+	a.series[o.key] = ser
+	return ser
+}
+
+// ExpireSeries drops the series whose process has exited and that no
+// stream updated for SeriesExpiry. It returns how many it dropped.
+func (a *Aggregator) ExpireSeries(now time.Time) int {
+	if a.cfg.SeriesExpiry <= 0 {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	before := now.Add(-a.cfg.SeriesExpiry).Sub(a.base)
+	n := 0
+	for k, s := range a.series {
+		if s.lastUpdate < before && (!s.Running || !a.procs.Running(s.Process)) {
+			delete(a.series, k)
+			n++
+		}
+	}
+	return n
 }
 
 // SeriesSnapshot is a copy of one series as of Snapshot.
@@ -81,7 +131,7 @@ func (a *Aggregator) Snapshot() []SeriesSnapshot {
 	for k, s := range a.series {
 		out = append(out, SeriesSnapshot{Key: k, Series: Series{
 			TTFT: s.TTFT.Clone(), Duration: s.Duration.Clone(), Interval: s.Interval.Clone(),
-			Chunks: s.Chunks, Bytes: s.Bytes,
+			Chunks: s.Chunks, Bytes: s.Bytes, Process: s.Process, Running: s.Running,
 		}})
 	}
 	a.mu.Unlock()
@@ -91,7 +141,7 @@ func (a *Aggregator) Snapshot() []SeriesSnapshot {
 
 func (k SeriesKey) compare(o SeriesKey) int {
 	return cmp.Or(cmp.Compare(k.PID, o.PID), cmp.Compare(k.Port, o.Port), cmp.Compare(k.Method, o.Method),
-		cmp.Compare(k.Path, o.Path), cmp.Compare(k.Model, o.Model), cmp.Compare(k.Mode, o.Mode))
+		cmp.Compare(k.Route, o.Route), cmp.Compare(k.Model, o.Model), cmp.Compare(k.Mode, o.Mode))
 }
 
 // count adds what the kernel counted since the stream's previous record.
@@ -105,11 +155,14 @@ func (a *Aggregator) count(o *openStream, rec *stream.Record, end bool) {
 	}
 	ser := o.ser
 	if ser == nil {
-		if ser = a.series[o.key]; ser == nil {
-			ser = newSeries()
-			a.series[o.key] = ser
-		}
+		ser = a.seriesOf(o)
 		o.ser = ser
+	}
+	ser.lastUpdate = time.Since(a.base)
+	if st.Chunks < o.seenChunks || st.Bytes < o.seenBytes || st.GapSum < o.seenGapSum {
+		// The kernel's totals went back: not this stream's any more (its
+		// state was reset). What it reports from now on is all new.
+		o.seenChunks, o.seenBytes, o.seenGapSum = 0, 0, 0
 	}
 	// A head write that carried body bytes is the stream's first chunk:
 	// the kernel counts chunks from the next write on.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/streamagg"
 	"github.com/tokenwire/tokenwire/internal/xdp"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -80,12 +81,28 @@ type StreamsConfig struct {
 	// FlushInterval is the longest a long stream's chunk intervals wait in
 	// the kernel before they reach the metrics; at most collection_interval.
 	FlushInterval time.Duration `mapstructure:"flush_interval"`
-	// MaxPaths and MaxModels cap the distinct url.path and
-	// gen_ai.request.model values; the rest are reported as _other.
+	// MaxPaths and MaxModels cap the distinct http.route and
+	// gen_ai.request.model values; the rest are reported as _other. A value
+	// not seen for SeriesExpiry gives its place to a new one.
 	MaxPaths  int `mapstructure:"max_paths"`
 	MaxModels int `mapstructure:"max_models"`
+	// Routes are route templates ("/v1/models/{model}:generate"): a path
+	// matching one is reported with it as http.route. Other paths get
+	// their numeric, UUID and long hex segments replaced by {id}.
+	Routes []string `mapstructure:"routes"`
+	// MaxSeries caps the stream metrics' attribute sets; streams of new
+	// ones beyond it are counted in an overflow series.
+	MaxSeries int `mapstructure:"max_series"`
+	// SeriesExpiry is how long the series of a process that exited are
+	// kept after their last stream.
+	SeriesExpiry time.Duration `mapstructure:"series_expiry"`
 	// Spans emits one span per streamed response to traces pipelines.
 	Spans bool `mapstructure:"spans"`
+	// TraceParent says what a request's W3C traceparent does to its
+	// span: parent (the span joins the caller's trace), link (the span
+	// starts a trace of its own and links to the caller's: for callers
+	// that are not trusted to choose the trace) or ignore.
+	TraceParent string `mapstructure:"traceparent"`
 	// IdleTimeout ends a stream that has written nothing for this long
 	// (end reason idle_timeout) and forgets its socket.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
@@ -121,6 +138,13 @@ type XDPConfig struct {
 
 const pageSize = 4096
 
+// What a request's traceparent does to its span (streams.traceparent).
+const (
+	TraceParentParent = "parent"
+	TraceParentLink   = "link"
+	TraceParentIgnore = "ignore"
+)
+
 func createDefaultConfig() *Config {
 	order := make([]string, len(hook.DefaultOrder))
 	for i, k := range hook.DefaultOrder {
@@ -142,6 +166,9 @@ func createDefaultConfig() *Config {
 			FlushInterval: time.Second,
 			MaxPaths:      100,
 			MaxModels:     100,
+			MaxSeries:     2000,
+			TraceParent:   TraceParentParent,
+			SeriesExpiry:  15 * time.Minute,
 			Spans:         true,
 			IdleTimeout:   5 * time.Minute,
 		},
@@ -256,6 +283,20 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	}
 	if s.IdleTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("streams.idle_timeout: must be at least 1s, got %v", s.IdleTimeout))
+	}
+	if err := streamagg.ValidateRoutes(s.Routes); err != nil {
+		errs = append(errs, fmt.Errorf("streams.routes: %w", err))
+	}
+	switch s.TraceParent {
+	case TraceParentParent, TraceParentLink, TraceParentIgnore:
+	default:
+		errs = append(errs, fmt.Errorf("streams.traceparent: %q is not one of parent, link, ignore", s.TraceParent))
+	}
+	if s.MaxSeries < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_series: must be at least 1, got %d", s.MaxSeries))
+	}
+	if s.SeriesExpiry < time.Minute {
+		errs = append(errs, fmt.Errorf("streams.series_expiry: must be at least 1m, got %v", s.SeriesExpiry))
 	}
 	if s.MaxPaths < 1 {
 		errs = append(errs, fmt.Errorf("streams.max_paths: must be at least 1, got %d", s.MaxPaths))

@@ -44,6 +44,7 @@ func TestLoadConfig(t *testing.T) {
 					Enabled: true, Ports: []int{8000}, Pids: []int{1234}, ProcessNames: []string{"vllm"},
 					MaxSockets: 2048, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
 					MaxPaths: 10, MaxModels: 5, Spans: false, IdleTimeout: 30 * time.Second,
+					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
 				}
 				return c
 			},
@@ -150,6 +151,11 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"flush beyond interval", func(c *Config) { c.Streams.FlushInterval = time.Minute }, "streams.flush_interval: must be positive and at most collection_interval"},
 		{"zero max paths", func(c *Config) { c.Streams.MaxPaths = 0 }, "streams.max_paths: must be at least 1"},
 		{"negative max models", func(c *Config) { c.Streams.MaxModels = -1 }, "streams.max_models: must be at least 1"},
+		{"route without /", func(c *Config) { c.Streams.Routes = []string{"v1/x"} }, `streams.routes: route "v1/x" does not start with /`},
+		{"route with two wildcards in a segment", func(c *Config) { c.Streams.Routes = []string{"/v1/{a}{b}"} }, `streams.routes: route "/v1/{a}{b}": segment "{a}{b}" needs one {name} at most`},
+		{"no series", func(c *Config) { c.Streams.MaxSeries = 0 }, "streams.max_series: must be at least 1"},
+		{"bad traceparent mode", func(c *Config) { c.Streams.TraceParent = "trust" }, `streams.traceparent: "trust" is not one of parent, link, ignore`},
+		{"short series expiry", func(c *Config) { c.Streams.SeriesExpiry = time.Second }, "streams.series_expiry: must be at least 1m"},
 		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},
 		{"empty interface name", func(c *Config) { c.XDP.Interfaces = []string{""} }, `xdp.interfaces[0]: "" is not an interface name`},
 		{"long interface name", func(c *Config) { c.XDP.Interfaces = []string{"averyveryverylongname"} }, "xdp.interfaces[0]"},

@@ -26,7 +26,11 @@ func (r *tokenwireReceiver) emitLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 			if r.stAgg != nil {
-				r.stAgg.ExpireIdle(time.Now().Add(-r.cfg.Streams.IdleTimeout))
+				now := time.Now()
+				r.stAgg.ExpireIdle(now.Add(-r.cfg.Streams.IdleTimeout))
+				if n := r.stAgg.ExpireSeries(now); n > 0 {
+					r.telemetry.ReceiverTokenwireStreamSeriesExpired.Add(ctx, int64(n))
+				}
 			}
 			r.emit(ctx)
 		case <-spanTick.C:

@@ -60,16 +60,26 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		pids[i] = uint32(p)
 	}
 	r.wall = wallOffset()
-	r.stAgg = streamagg.New(streamagg.Config{
+	agg, err := streamagg.New(streamagg.Config{
 		MaxOpen:      r.cfg.Streams.MaxSockets,
 		MaxPaths:     r.cfg.Streams.MaxPaths,
 		MaxModels:    r.cfg.Streams.MaxModels,
+		Routes:       r.cfg.Streams.Routes,
+		MaxSeries:    r.cfg.Streams.MaxSeries,
+		SeriesExpiry: r.cfg.Streams.SeriesExpiry,
 		Pids:         pids,
 		ProcessNames: r.cfg.Streams.ProcessNames,
 		Spans:        r.cfg.Streams.Spans,
 		OnSkip:       func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
 		OnEvict:      func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) },
+		OnOverflow:   func() { r.telemetry.ReceiverTokenwireStreamSeriesOverflow.Add(ctx, 1) },
 	}, procinfo.NewCache(4096))
+	if err != nil {
+		tr.Close()
+		r.streams = nil
+		return err
+	}
+	r.stAgg = agg
 	r.wg.Add(1)
 	go readLoop(ctx, r, streamAttr, tr.Read, stream.ErrClosed, r.stAgg.Add)
 	return nil
@@ -77,10 +87,21 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 
 func (r *tokenwireReceiver) registerStreamTelemetry() error {
 	tr, agg := r.streams, r.stAgg
+	noRoom := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "no_room")))
+	stale := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "stale")))
 	return errors.Join(
 		r.registerRingTelemetry(streamAttr, "tw_st_socks",
 			func() (uint64, error) { c, err := tr.Counters(); return c.RecordsLost, err },
 			tr.Sockets),
+		r.telemetry.RegisterReceiverTokenwireConnectionsUntrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := tr.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.TrackFailed), noRoom)
+			o.Observe(int64(c.Stale), stale)
+			return nil
+		}),
 		r.telemetry.RegisterReceiverTokenwireStreamsOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(agg.OpenCount()))
 			return nil
@@ -109,11 +130,14 @@ func (r *tokenwireReceiver) recordStreams(now pcommon.Timestamp) []func(pmetric.
 			j++
 		}
 		series := snap[i:j]
-		res := r.processResource(series[0].Key.PID, "")
+		res := r.resource
+		if series[0].Key.PID != 0 { // the overflow series has no process
+			res = r.processResource(series[0].Process)
+		}
 		for _, s := range series {
 			k := s.Key
-			r.mb.RecordTokenwireStreamChunksDataPoint(now, s.Chunks, int64(k.Port), k.Method, k.Path, k.Model, modeAttr(k.Mode))
-			r.mb.RecordTokenwireStreamBytesDataPoint(now, s.Bytes, int64(k.Port), k.Method, k.Path, k.Model, modeAttr(k.Mode))
+			r.mb.RecordTokenwireStreamChunksDataPoint(now, s.Chunks, int64(k.Port), k.Method, k.Route, k.Model, modeAttr(k.Mode))
+			r.mb.RecordTokenwireStreamBytesDataPoint(now, s.Bytes, int64(k.Port), k.Method, k.Route, k.Model, modeAttr(k.Mode))
 		}
 		r.mb.EmitForResource(metadata.WithResource(res))
 		adds = append(adds, func(md pmetric.Metrics) {
@@ -124,7 +148,7 @@ func (r *tokenwireReceiver) recordStreams(now pcommon.Timestamp) []func(pmetric.
 					if attrs, ok := points.add(streamHistogram(&s.Series, def)); ok {
 						attrs.PutInt("server.port", int64(s.Key.Port))
 						attrs.PutStr("http.request.method", s.Key.Method)
-						attrs.PutStr("url.path", s.Key.Path)
+						attrs.PutStr("http.route", s.Key.Route)
 						attrs.PutStr("gen_ai.request.model", s.Key.Model)
 						attrs.PutStr("tokenwire.stream.mode", s.Key.Mode.String())
 					}
@@ -154,20 +178,21 @@ func modeAttr(m streamagg.Mode) metadata.AttributeTokenwireStreamMode {
 	return metadata.AttributeTokenwireStreamModeOpaque
 }
 
-// processResource describes the process that wrote streams: host, pid,
-// executable and container.
-func (r *tokenwireReceiver) processResource(pid uint32, comm string) pcommon.Resource {
-	exe, container := r.stAgg.Process(pid, comm)
+// processResource describes the process that wrote streams, as it was
+// when its first stream was counted: host, pid, executable and container.
+func (r *tokenwireReceiver) processResource(p procinfo.Process) pcommon.Resource {
 	rb := r.mb.NewResourceBuilder()
 	if r.hostName != "" {
 		rb.SetHostName(r.hostName)
 	}
-	rb.SetProcessPid(int64(pid))
-	if exe != "" {
-		rb.SetProcessExecutableName(exe)
+	if p.PID != 0 {
+		rb.SetProcessPid(int64(p.PID))
 	}
-	if container != "" {
-		rb.SetContainerID(container)
+	if p.Executable != "" {
+		rb.SetProcessExecutableName(p.Executable)
+	}
+	if p.ContainerID != "" {
+		rb.SetContainerID(p.ContainerID)
 	}
 	return rb.Emit()
 }
@@ -177,18 +202,18 @@ func (r *tokenwireReceiver) processResource(pid uint32, comm string) pcommon.Res
 // a traceparent.
 func (r *tokenwireReceiver) traceData(spans []streamagg.Span) ptrace.Traces {
 	td := ptrace.NewTraces()
-	byPID := map[uint32]ptrace.SpanSlice{}
+	byProcess := map[procinfo.Process]ptrace.SpanSlice{}
 	for i := range spans {
 		s := &spans[i]
-		out, ok := byPID[s.PID]
+		out, ok := byProcess[s.Process]
 		if !ok {
 			rs := td.ResourceSpans().AppendEmpty()
-			r.processResource(s.PID, s.Comm).MoveTo(rs.Resource())
+			r.processResource(s.Process).MoveTo(rs.Resource())
 			ss := rs.ScopeSpans().AppendEmpty()
 			ss.Scope().SetName(metadata.ScopeName)
 			ss.Scope().SetVersion(r.set.BuildInfo.Version)
 			out = ss.Spans()
-			byPID[s.PID] = out
+			byProcess[s.Process] = out
 		}
 		r.putSpan(out.AppendEmpty(), s)
 	}
@@ -203,18 +228,24 @@ func (r *tokenwireReceiver) putSpan(sp ptrace.Span, s *streamagg.Span) {
 	var id [8]byte
 	binary.LittleEndian.PutUint64(id[:], rand.Uint64()|1)
 	sp.SetSpanID(id)
-	if tp := s.TraceParent; tp.Valid {
+	switch tp := s.TraceParent; {
+	case tp.Valid && r.cfg.Streams.TraceParent == TraceParentParent:
 		sp.SetTraceID(tp.TraceID)
 		sp.SetParentSpanID(tp.SpanID)
-	} else {
+	default:
 		var tid [16]byte
 		binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
 		binary.LittleEndian.PutUint64(tid[8:], rand.Uint64()|1)
 		sp.SetTraceID(tid)
+		if tp.Valid && r.cfg.Streams.TraceParent == TraceParentLink {
+			l := sp.Links().AppendEmpty()
+			l.SetTraceID(tp.TraceID)
+			l.SetSpanID(tp.SpanID)
+		}
 	}
 	sp.SetKind(ptrace.SpanKindServer)
 	if s.Method != "" {
-		sp.SetName(s.Method + " " + s.Path)
+		sp.SetName(s.Method + " " + s.Route)
 	} else {
 		sp.SetName("stream " + strconv.Itoa(int(s.Port)))
 	}
@@ -225,6 +256,7 @@ func (r *tokenwireReceiver) putSpan(sp ptrace.Span, s *streamagg.Span) {
 	if s.Method != "" {
 		a.PutStr("http.request.method", s.Method)
 		a.PutStr("url.path", s.Path)
+		a.PutStr("http.route", s.Route)
 	}
 	if s.IsHTTP {
 		a.PutInt("http.response.status_code", int64(s.Status))

@@ -129,7 +129,7 @@ func TestStreamMetricsAndSpans(t *testing.T) {
 
 	// Metrics: cumulative totals in the last emission.
 	md := metrics.AllMetrics()[len(metrics.AllMetrics())-1]
-	want := map[string]any{"server.port": int64(port), "http.request.method": "POST", "url.path": "/v1/chat/completions",
+	want := map[string]any{"server.port": int64(port), "http.request.method": "POST", "http.route": "/v1/chat/completions",
 		"gen_ai.request.model": "llama-3-8b", "tokenwire.stream.mode": "http"}
 	for _, name := range []string{"gen_ai.server.time_to_first_token", "gen_ai.server.request.duration"} {
 		count, points := histogramCount(md, name, want)

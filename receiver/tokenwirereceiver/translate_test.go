@@ -43,7 +43,10 @@ func translator(t *testing.T) *tokenwireReceiver {
 	rb.SetHostName(r.hostName)
 	r.resource = rb.Emit()
 	r.hsAgg = handshakeagg.New()
-	r.stAgg = streamagg.New(streamagg.Config{MaxOpen: 64, MaxPaths: 100, MaxModels: 100, Spans: true}, procinfo.NewCache(16))
+	agg, err := streamagg.New(streamagg.Config{MaxOpen: 64, MaxPaths: 100, MaxModels: 100, MaxSeries: 100, Spans: true},
+		procinfo.NewCache(16))
+	require.NoError(t, err)
+	r.stAgg = agg
 	return r
 }
 
@@ -60,6 +63,8 @@ func TestTranslationGolden(t *testing.T) {
 			ChunkAt: []uint64{100, 120, 140}, ChunkBytes: 30},
 		{Seq: 2, Request: "POST /api/generate HTTP/1.1\r\n\r\n{\"model\":\"qwen\"}", Head: streamaggtest.SSEHead,
 			HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 2, ChunkAt: []uint64{300, 302, 330, 900}, ChunkBytes: 12},
+		{Seq: 4, Request: "POST /v1/threads/4242/runs HTTP/1.1\r\n\r\n{\"model\":\"qwen\"}", Head: streamaggtest.SSEHead,
+			HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 3, ChunkAt: []uint64{50, 60}, ChunkBytes: 9},
 		{Seq: 3, Request: "\x16\x03\x01\x02\x00", Head: "\x17\x03\x03\x00\x20", HeadBytes: 25, HeadAt: 5,
 			ChunkAt: []uint64{5, 40}, ChunkBytes: 25},
 	} {
@@ -117,5 +122,30 @@ func BenchmarkEmission(b *testing.B) {
 	for b.Loop() {
 		_ = r.metricsNow(pcommon.Timestamp(2e9))
 		_ = r.traceData(spans)
+	}
+}
+
+// With streams.traceparent set to link (or ignore), a caller's
+// traceparent does not choose the span's trace.
+func TestUntrustedTraceParent(t *testing.T) {
+	for mode, links := range map[string]int{TraceParentLink: 1, TraceParentIgnore: 0, TraceParentParent: 0} {
+		r := translator(t)
+		r.cfg.Streams.TraceParent = mode
+		s := streamaggtest.Stream{PID: goldenPID, Request: "GET /x HTTP/1.1\r\n" +
+			"traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\r\n",
+			Head: streamaggtest.SSEHead, HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 1, ChunkAt: []uint64{5}, ChunkBytes: 3}
+		recs := s.Records(streamagg.IntervalBounds)
+		for i := range recs {
+			r.stAgg.Add(&recs[i])
+		}
+		sp := r.traceData(r.stAgg.TakeSpans()).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
+		joined := sp.TraceID().String() == "0af7651916cd43dd8448eb211c80319c"
+		require.Equal(t, mode == TraceParentParent, joined, mode)
+		require.Equal(t, mode == TraceParentParent, !sp.ParentSpanID().IsEmpty(), mode)
+		require.Equal(t, links, sp.Links().Len(), mode)
+		if links > 0 {
+			require.Equal(t, "0af7651916cd43dd8448eb211c80319c", sp.Links().At(0).TraceID().String())
+			require.Equal(t, "b7ad6b7169203331", sp.Links().At(0).SpanID().String())
+		}
 	}
 }

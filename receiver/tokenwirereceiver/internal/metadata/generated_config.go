@@ -15,7 +15,7 @@ type TokenwireStreamBytesMetricAttributeKey string
 const (
 	TokenwireStreamBytesMetricAttributeKeyServerPort          TokenwireStreamBytesMetricAttributeKey = "server.port"
 	TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod   TokenwireStreamBytesMetricAttributeKey = "http.request.method"
-	TokenwireStreamBytesMetricAttributeKeyURLPath             TokenwireStreamBytesMetricAttributeKey = "url.path"
+	TokenwireStreamBytesMetricAttributeKeyHTTPRoute           TokenwireStreamBytesMetricAttributeKey = "http.route"
 	TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel   TokenwireStreamBytesMetricAttributeKey = "gen_ai.request.model"
 	TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode TokenwireStreamBytesMetricAttributeKey = "tokenwire.stream.mode"
 )
@@ -46,9 +46,9 @@ func (ms *TokenwireStreamBytesMetricConfig) Unmarshal(parser *confmap.Conf) erro
 func (ms *TokenwireStreamBytesMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyURLPath, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode:
+		case TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode:
 		default:
-			return fmt.Errorf("metric tokenwire.stream.bytes doesn't have an attribute %v, valid attributes: [server.port, http.request.method, url.path, gen_ai.request.model, tokenwire.stream.mode]", val)
+			return fmt.Errorf("metric tokenwire.stream.bytes doesn't have an attribute %v, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode]", val)
 		}
 	}
 
@@ -67,7 +67,7 @@ type TokenwireStreamChunksMetricAttributeKey string
 const (
 	TokenwireStreamChunksMetricAttributeKeyServerPort          TokenwireStreamChunksMetricAttributeKey = "server.port"
 	TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod   TokenwireStreamChunksMetricAttributeKey = "http.request.method"
-	TokenwireStreamChunksMetricAttributeKeyURLPath             TokenwireStreamChunksMetricAttributeKey = "url.path"
+	TokenwireStreamChunksMetricAttributeKeyHTTPRoute           TokenwireStreamChunksMetricAttributeKey = "http.route"
 	TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel   TokenwireStreamChunksMetricAttributeKey = "gen_ai.request.model"
 	TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode TokenwireStreamChunksMetricAttributeKey = "tokenwire.stream.mode"
 )
@@ -98,9 +98,9 @@ func (ms *TokenwireStreamChunksMetricConfig) Unmarshal(parser *confmap.Conf) err
 func (ms *TokenwireStreamChunksMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyURLPath, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode:
+		case TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode:
 		default:
-			return fmt.Errorf("metric tokenwire.stream.chunks doesn't have an attribute %v, valid attributes: [server.port, http.request.method, url.path, gen_ai.request.model, tokenwire.stream.mode]", val)
+			return fmt.Errorf("metric tokenwire.stream.chunks doesn't have an attribute %v, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode]", val)
 		}
 	}
 
@@ -278,12 +278,12 @@ func DefaultMetricsConfig() MetricsConfig {
 		TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyURLPath, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+			EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
 		},
 		TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyURLPath, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+			EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
 		},
 		TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 			Enabled:             true,

@@ -229,11 +229,11 @@ var MapAttributeTokenwireXdpReason = map[string]AttributeTokenwireXdpReason{
 var MetricsInfo = metricsInfo{
 	TokenwireStreamBytes: metricInfo{
 		Name:       "tokenwire.stream.bytes",
-		Attributes: []string{"server.port", "http.request.method", "url.path", "gen_ai.request.model", "tokenwire.stream.mode"},
+		Attributes: []string{"server.port", "http.request.method", "http.route", "gen_ai.request.model", "tokenwire.stream.mode"},
 	},
 	TokenwireStreamChunks: metricInfo{
 		Name:       "tokenwire.stream.chunks",
-		Attributes: []string{"server.port", "http.request.method", "url.path", "gen_ai.request.model", "tokenwire.stream.mode"},
+		Attributes: []string{"server.port", "http.request.method", "http.route", "gen_ai.request.model", "tokenwire.stream.mode"},
 	},
 	TokenwireTCPHandshakeFailures: metricInfo{
 		Name:       "tokenwire.tcp.handshake.failures",
@@ -281,7 +281,7 @@ func (m *metricTokenwireStreamBytes) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
+func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
 	if !m.config.Enabled {
 		return
 	}
@@ -295,8 +295,8 @@ func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod) {
 		dp.Attributes().PutStr("http.request.method", httpRequestMethodAttributeValue)
 	}
-	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyURLPath) {
-		dp.Attributes().PutStr("url.path", urlPathAttributeValue)
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyHTTPRoute) {
+		dp.Attributes().PutStr("http.route", httpRouteAttributeValue)
 	}
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel) {
 		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
@@ -384,7 +384,7 @@ func (m *metricTokenwireStreamChunks) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
+func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
 	if !m.config.Enabled {
 		return
 	}
@@ -398,8 +398,8 @@ func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, t
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod) {
 		dp.Attributes().PutStr("http.request.method", httpRequestMethodAttributeValue)
 	}
-	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyURLPath) {
-		dp.Attributes().PutStr("url.path", urlPathAttributeValue)
+	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyHTTPRoute) {
+		dp.Attributes().PutStr("http.route", httpRouteAttributeValue)
 	}
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel) {
 		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
@@ -941,13 +941,13 @@ func (mb *MetricsBuilder) Emit(options ...ResourceMetricsOption) pmetric.Metrics
 }
 
 // RecordTokenwireStreamBytesDataPoint adds a data point to tokenwire.stream.bytes metric.
-func (mb *MetricsBuilder) RecordTokenwireStreamBytesDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
-	mb.metricTokenwireStreamBytes.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, urlPathAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
+func (mb *MetricsBuilder) RecordTokenwireStreamBytesDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
+	mb.metricTokenwireStreamBytes.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, httpRouteAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
 }
 
 // RecordTokenwireStreamChunksDataPoint adds a data point to tokenwire.stream.chunks metric.
-func (mb *MetricsBuilder) RecordTokenwireStreamChunksDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, urlPathAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
-	mb.metricTokenwireStreamChunks.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, urlPathAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
+func (mb *MetricsBuilder) RecordTokenwireStreamChunksDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
+	mb.metricTokenwireStreamChunks.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, httpRouteAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
 }
 
 // RecordTokenwireTCPHandshakeFailuresDataPoint adds a data point to tokenwire.tcp.handshake.failures metric.

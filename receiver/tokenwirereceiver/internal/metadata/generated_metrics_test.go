@@ -82,15 +82,15 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "url.path-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
+			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "url.path-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
+				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "url.path-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
+			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "url.path-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
+				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -172,9 +172,9 @@ func TestMetricsBuilder(t *testing.T) {
 						httpRequestMethodAttrVal, ok := dp.Attributes().Get("http.request.method")
 						assert.True(t, ok)
 						assert.Equal(t, "http.request.method-val", httpRequestMethodAttrVal.Str())
-						urlPathAttrVal, ok := dp.Attributes().Get("url.path")
+						httpRouteAttrVal, ok := dp.Attributes().Get("http.route")
 						assert.True(t, ok)
-						assert.Equal(t, "url.path-val", urlPathAttrVal.Str())
+						assert.Equal(t, "http.route-val", httpRouteAttrVal.Str())
 						genAiRequestModelAttrVal, ok := dp.Attributes().Get("gen_ai.request.model")
 						assert.True(t, ok)
 						assert.Equal(t, "gen_ai.request.model-val", genAiRequestModelAttrVal.Str())
@@ -208,7 +208,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("http.request.method")
 						assert.False(t, ok)
-						_, ok = dp.Attributes().Get("url.path")
+						_, ok = dp.Attributes().Get("http.route")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("gen_ai.request.model")
 						assert.False(t, ok)
@@ -236,9 +236,9 @@ func TestMetricsBuilder(t *testing.T) {
 						httpRequestMethodAttrVal, ok := dp.Attributes().Get("http.request.method")
 						assert.True(t, ok)
 						assert.Equal(t, "http.request.method-val", httpRequestMethodAttrVal.Str())
-						urlPathAttrVal, ok := dp.Attributes().Get("url.path")
+						httpRouteAttrVal, ok := dp.Attributes().Get("http.route")
 						assert.True(t, ok)
-						assert.Equal(t, "url.path-val", urlPathAttrVal.Str())
+						assert.Equal(t, "http.route-val", httpRouteAttrVal.Str())
 						genAiRequestModelAttrVal, ok := dp.Attributes().Get("gen_ai.request.model")
 						assert.True(t, ok)
 						assert.Equal(t, "gen_ai.request.model-val", genAiRequestModelAttrVal.Str())
@@ -272,7 +272,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("http.request.method")
 						assert.False(t, ok)
-						_, ok = dp.Attributes().Get("url.path")
+						_, ok = dp.Attributes().Get("http.route")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("gen_ai.request.model")
 						assert.False(t, ok)

@@ -25,19 +25,22 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                metric.Meter
-	mu                                   sync.Mutex
-	registrations                        []metric.Registration
-	ReceiverTokenwireCapabilityUp        metric.Int64ObservableGauge
-	ReceiverTokenwireMapEntries          metric.Int64ObservableGauge
-	ReceiverTokenwireProgramsAttached    metric.Int64ObservableGauge
-	ReceiverTokenwireRecordsLost         metric.Int64ObservableCounter
-	ReceiverTokenwireRecordsRead         metric.Int64Counter
-	ReceiverTokenwireStreamEvictions     metric.Int64Counter
-	ReceiverTokenwireStreamsOpen         metric.Int64ObservableGauge
-	ReceiverTokenwireStreamsSkipped      metric.Int64Counter
-	ReceiverTokenwireXdpBlocklistEntries metric.Int64ObservableGauge
-	ReceiverTokenwireXdpReloads          metric.Int64ObservableCounter
+	meter                                 metric.Meter
+	mu                                    sync.Mutex
+	registrations                         []metric.Registration
+	ReceiverTokenwireCapabilityUp         metric.Int64ObservableGauge
+	ReceiverTokenwireConnectionsUntracked metric.Int64ObservableCounter
+	ReceiverTokenwireMapEntries           metric.Int64ObservableGauge
+	ReceiverTokenwireProgramsAttached     metric.Int64ObservableGauge
+	ReceiverTokenwireRecordsLost          metric.Int64ObservableCounter
+	ReceiverTokenwireRecordsRead          metric.Int64Counter
+	ReceiverTokenwireStreamEvictions      metric.Int64Counter
+	ReceiverTokenwireStreamSeriesExpired  metric.Int64Counter
+	ReceiverTokenwireStreamSeriesOverflow metric.Int64Counter
+	ReceiverTokenwireStreamsOpen          metric.Int64ObservableGauge
+	ReceiverTokenwireStreamsSkipped       metric.Int64Counter
+	ReceiverTokenwireXdpBlocklistEntries  metric.Int64ObservableGauge
+	ReceiverTokenwireXdpReloads           metric.Int64ObservableCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -57,6 +60,21 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireCapabilityUpCallback(c
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireCapabilityUp, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireCapabilityUp)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireConnectionsUntrackedCallback sets callback for observable ReceiverTokenwireConnectionsUntracked metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireConnectionsUntrackedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireConnectionsUntracked, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireConnectionsUntracked)
 	if err != nil {
 		return err
 	}
@@ -190,6 +208,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{capability}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireConnectionsUntracked, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_connections_untracked",
+		metric.WithDescription("Connections on watched ports whose stream state the kernel could not keep, by reason: no_room, stale. Their streams are not reported (no_room) or start afresh (stale). [Development]"),
+		metric.WithUnit("{connection}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireMapEntries, err = builder.meter.Int64ObservableGauge(
 		"otelcol_receiver_tokenwire_map_entries",
 		metric.WithDescription("Entries in use in the receiver's bounded BPF maps of per-socket state. [Development]"),
@@ -217,6 +241,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ReceiverTokenwireStreamEvictions, err = builder.meter.Int64Counter(
 		"otelcol_receiver_tokenwire_stream_evictions",
 		metric.WithDescription("Streams dropped from the receiver's table of open streams because it was full (streams.max_sockets); their end is not reported. [Development]"),
+		metric.WithUnit("{stream}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireStreamSeriesExpired, err = builder.meter.Int64Counter(
+		"otelcol_receiver_tokenwire_stream_series_expired",
+		metric.WithDescription("Stream series dropped because their process exited and no stream updated them for streams.series_expiry. [Development]"),
+		metric.WithUnit("{series}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireStreamSeriesOverflow, err = builder.meter.Int64Counter(
+		"otelcol_receiver_tokenwire_stream_series_overflow",
+		metric.WithDescription("Streams counted in the overflow series (method, route and model _other) because streams.max_series attribute sets already exist. [Development]"),
 		metric.WithUnit("{stream}"),
 	)
 	errs = errors.Join(errs, err)

@@ -35,6 +35,22 @@ func AssertEqualReceiverTokenwireCapabilityUp(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverTokenwireConnectionsUntracked(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_connections_untracked",
+		Description: "Connections on watched ports whose stream state the kernel could not keep, by reason: no_room, stale. Their streams are not reported (no_room) or start afresh (stale). [Development]",
+		Unit:        "{connection}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_connections_untracked")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverTokenwireMapEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_map_entries",
@@ -107,6 +123,38 @@ func AssertEqualReceiverTokenwireStreamEvictions(t *testing.T, tt *componenttest
 		},
 	}
 	got, err := tt.GetMetric("otelcol_receiver_tokenwire_stream_evictions")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverTokenwireStreamSeriesExpired(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_stream_series_expired",
+		Description: "Stream series dropped because their process exited and no stream updated them for streams.series_expiry. [Development]",
+		Unit:        "{series}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_stream_series_expired")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverTokenwireStreamSeriesOverflow(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_stream_series_overflow",
+		Description: "Streams counted in the overflow series (method, route and model _other) because streams.max_series attribute sets already exist. [Development]",
+		Unit:        "{stream}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_stream_series_overflow")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

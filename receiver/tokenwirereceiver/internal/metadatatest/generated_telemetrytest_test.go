@@ -24,6 +24,10 @@ func TestSetupTelemetry(t *testing.T) {
 		observer.Observe(1)
 		return nil
 	}))
+	require.NoError(t, tb.RegisterReceiverTokenwireConnectionsUntrackedCallback(func(_ context.Context, observer metric.Int64Observer) error {
+		observer.Observe(1)
+		return nil
+	}))
 	require.NoError(t, tb.RegisterReceiverTokenwireMapEntriesCallback(func(_ context.Context, observer metric.Int64Observer) error {
 		observer.Observe(1)
 		return nil
@@ -50,8 +54,13 @@ func TestSetupTelemetry(t *testing.T) {
 	}))
 	tb.ReceiverTokenwireRecordsRead.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamEvictions.Add(context.Background(), 1)
+	tb.ReceiverTokenwireStreamSeriesExpired.Add(context.Background(), 1)
+	tb.ReceiverTokenwireStreamSeriesOverflow.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamsSkipped.Add(context.Background(), 1)
 	AssertEqualReceiverTokenwireCapabilityUp(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverTokenwireConnectionsUntracked(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverTokenwireMapEntries(t, testTel,
@@ -67,6 +76,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverTokenwireStreamEvictions(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverTokenwireStreamSeriesExpired(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverTokenwireStreamSeriesOverflow(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverTokenwireStreamsOpen(t, testTel,
