@@ -15,6 +15,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // completed returns the END records of streams that got a response.
@@ -48,61 +49,12 @@ func requireCompleted(t *testing.T, streams map[ID][]Record, n int) []Record {
 	return nil
 }
 
-// rawServer answers one request per connection the way simple Python
-// servers do: the status line and headers in one write, then each event in
-// its own write, then close (a close-delimited body).
-// The channel receives, per connection, CLOCK_MONOTONIC just before and
-// after the head's write and the first event's write.
-func rawServer(t *testing.T, think, interval time.Duration, events []string) (string, uint16, chan [4]uint64) {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	measured := make(chan [4]uint64, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for { // read the request head
-					line, err := br.ReadString('\n')
-					if err != nil || line == "\r\n" {
-						break
-					}
-				}
-				var m [4]uint64
-				m[0] = monotonicNow()
-				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-				m[1] = monotonicNow()
-				time.Sleep(think)
-				for i, ev := range events {
-					if i == 0 {
-						m[2] = monotonicNow()
-					}
-					io.WriteString(c, ev)
-					if i == 0 {
-						m[3] = monotonicNow()
-						measured <- m
-					}
-					time.Sleep(interval)
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port), measured
-}
-
 func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	bpftest.Require(t)
 	events := []string{"data: a\n\n", "data: bb\n\n", "data: ccc\n\n", "data: dddd\n\n"}
 	const think = 60 * time.Millisecond
-	addr, port, measured := rawServer(t, think, 15*time.Millisecond, events)
+	raw := teststack.ServeRaw(t, think, 15*time.Millisecond, events)
+	addr, port := raw.Addr, raw.Port
 	tr, err := Open(testConfig(port))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +66,7 @@ func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	m := <-measured
+	m := <-raw.Measured
 
 	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	s := ends[0].Stats
@@ -150,7 +102,8 @@ func TestLargeChunkIsOneChunk(t *testing.T) {
 	bpftest.Require(t)
 	big := strings.Repeat("x", 64<<10)
 	events := []string{"data: " + big + "\n\n", "data: small\n\n"}
-	addr, port, _ := rawServer(t, 10*time.Millisecond, 20*time.Millisecond, events)
+	raw := teststack.ServeRaw(t, 10*time.Millisecond, 20*time.Millisecond, events)
+	addr, port := raw.Addr, raw.Port
 	tr, err := Open(testConfig(port))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +123,7 @@ func TestLargeChunkIsOneChunk(t *testing.T) {
 
 func TestClientAbortEndsThePartialStream(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: 10 * time.Millisecond, interval: 20 * time.Millisecond, events: 50, headersFirst: true}
+	srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 20 * time.Millisecond, Events: 50, HeadersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -207,7 +160,7 @@ func TestClientAbortEndsThePartialStream(t *testing.T) {
 
 func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 4, headersFirst: true}
+	srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 4, HeadersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -241,7 +194,7 @@ func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 func TestConcurrentStreamsAllReported(t *testing.T) {
 	bpftest.Require(t)
 	const n, events = 200, 10
-	srv := &sseServer{think: 20 * time.Millisecond, interval: 20 * time.Millisecond, events: events, headersFirst: true}
+	srv := &teststack.SSEServer{Think: 20 * time.Millisecond, Interval: 20 * time.Millisecond, Events: events, HeadersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -271,7 +224,7 @@ func TestConcurrentStreamsAllReported(t *testing.T) {
 	}
 	ends := requireCompleted(t, rec.ends(t, n), n)
 	var wantBytes uint64
-	for _, sz := range srv.sizes[0] {
+	for _, sz := range srv.Written()[0].Sizes {
 		wantBytes += uint64(sz)
 	}
 	wantBytes += 5
@@ -291,7 +244,7 @@ func TestConcurrentStreamsAllReported(t *testing.T) {
 
 func TestSocketStateIsRemovedOnClose(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: time.Millisecond, interval: time.Millisecond, events: 2, headersFirst: true}
+	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond, Events: 2, HeadersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -364,7 +317,7 @@ func BenchmarkDecode(b *testing.B) {
 // not a chunk.
 func TestDoneEventInAChunkedBody(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 4, headersFirst: true, done: true}
+	srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 4, HeadersFirst: true, Done: teststack.DoneFlushed}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {

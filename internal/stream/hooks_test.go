@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // TestEveryHookType puts each hook type first in turn and measures one
@@ -37,7 +38,7 @@ func TestEveryHookType(t *testing.T) {
 		for _, v := range variants {
 			stackRegs := v.stackRegs
 			t.Run(fmt.Sprintf("%s/stackRegs=%v/stateInMap=%v", k, v.stackRegs, v.stateInMap), func(t *testing.T) {
-				srv := &sseServer{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 5, headersFirst: true}
+				srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 5, HeadersFirst: true}
 				addr, port := serve(t, srv)
 				cfg := testConfig(port)
 				cfg.HookOrder = append([]hook.Kind{k}, hook.DefaultOrder...)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // HTTP as servers really write it: interim responses, pipelining,
@@ -178,7 +179,7 @@ func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 				if _, err := br.Peek(1); err != nil { // the first response has begun
 					t.Fatal(err)
 				}
-				sent2 = monotonicNow()
+				sent2 = teststack.MonotonicNow()
 				io.WriteString(c, req("/two"))
 			} else {
 				io.WriteString(c, req("/one")+req("/two"))
@@ -231,10 +232,10 @@ func writesServer(t *testing.T, writes [][][]byte) uint16 {
 			}
 		}
 		tc := c.(*net.TCPConn)
-		sendAll(tc, "write", [][]byte{[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")})
+		teststack.SendAll(tc, teststack.ModeWrite, [][]byte{[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")})
 		for _, w := range writes {
 			time.Sleep(3 * time.Millisecond)
-			sendAll(tc, "writev", w)
+			teststack.SendAll(tc, teststack.ModeWritev, w)
 		}
 		io.Copy(io.Discard, c)
 	}()
@@ -298,7 +299,7 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 // reset): its FIN is no request, so every stream is counted once.
 func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 	bpftest.Require(t)
-	srv := &sseServer{think: time.Millisecond, interval: 3 * time.Millisecond, events: 3, done: true, headersFirst: true}
+	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: 3 * time.Millisecond, Events: 3, Done: teststack.DoneFlushed, HeadersFirst: true}
 	addr, port := serve(t, srv)
 	tr, err := Open(testConfig(port))
 	if err != nil {
@@ -337,7 +338,8 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 func TestCloseDelimitedResponse(t *testing.T) {
 	bpftest.Require(t)
 	events := []string{"data: a\n\n", "data: b\n\n", "data: c\n\n", "data: d\n\n"}
-	addr, port, _ := rawServer(t, time.Millisecond, 3*time.Millisecond, events)
+	raw := teststack.ServeRaw(t, time.Millisecond, 3*time.Millisecond, events)
+	addr, port := raw.Addr, raw.Port
 	tr, err := Open(testConfig(port))
 	if err != nil {
 		t.Fatal(err)

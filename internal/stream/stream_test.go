@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 var testGapBounds = DefaultGapBounds
@@ -90,96 +88,18 @@ func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
 	return out
 }
 
-// sseServer streams events at known times and reports, per request, when
-// each flush returned and what it wrote.
-type sseServer struct {
-	think, interval time.Duration
-	events          int
-	headersFirst    bool // flush the headers alone before thinking
-	done            bool // end with "data: [DONE]" flushed as its own chunk
-
-	mu    sync.Mutex
-	start []time.Time   // per request: handler entry (request read)
-	first []time.Time   // per request: first event flushed
-	flush [][]time.Time // per request: each event flushed
-	sizes [][]int       // per request: bytes of each chunk on the wire
-	// Per request, per event: CLOCK_MONOTONIC (the kernel's clock) just
-	// before and just after the event's write. The kernel's chunk time
-	// must fall inside: an exact check that scheduling noise cannot blur.
-	before, after [][]uint64
-	startMono     []uint64 // per request: CLOCK_MONOTONIC at handler start
-	// Per request with headersFirst: CLOCK_MONOTONIC around the headers'
-	// flush.
-	headBefore, headAfter []uint64
-}
-
-func monotonicNow() uint64 {
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
-}
-
-func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	start, startMono := time.Now(), monotonicNow()
-	w.Header().Set("Content-Type", "text/event-stream")
-	var headBefore, headAfter uint64
-	if s.headersFirst {
-		w.WriteHeader(http.StatusOK)
-		headBefore = monotonicNow()
-		w.(http.Flusher).Flush()
-		headAfter = monotonicNow()
-	}
-	time.Sleep(s.think)
-	var flushes []time.Time
-	var sizes []int
-	var before, after []uint64
-	for i := range s.events {
-		ev := fmt.Sprintf("data: {\"token\":\"t%d\"}\n\n", i)
-		io.WriteString(w, ev)
-		before = append(before, monotonicNow())
-		w.(http.Flusher).Flush()
-		after = append(after, monotonicNow())
-		flushes = append(flushes, time.Now())
-		sizes = append(sizes, len(fmt.Sprintf("%x", len(ev)))+2+len(ev)+2) // chunked framing
-		// A relative sleep: writes that fall behind must not catch up in
-		// bursts, which the probe would rightly count as one chunk.
-		time.Sleep(s.interval)
-	}
-	if s.done {
-		io.WriteString(w, "data: [DONE]\n\n")
-		w.(http.Flusher).Flush()
-	}
-	s.mu.Lock()
-	s.start = append(s.start, start)
-	s.first = append(s.first, flushes[0])
-	s.flush = append(s.flush, flushes)
-	s.sizes = append(s.sizes, sizes)
-	s.before = append(s.before, before)
-	s.after = append(s.after, after)
-	s.startMono = append(s.startMono, startMono)
-	s.headBefore = append(s.headBefore, headBefore)
-	s.headAfter = append(s.headAfter, headAfter)
-	s.mu.Unlock()
-}
-
+// serve serves h on a 127.0.0.1 port until the test ends.
 func serve(t *testing.T, h http.Handler) (addr string, port uint16) {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port)
+	s := teststack.ServeHTTP(t, h)
+	return s.Addr, uint16(s.Port)
 }
 
 func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 	bpftest.Require(t)
 	for _, headersFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("headersFirst=%v", headersFirst), func(t *testing.T) {
-			srv := &sseServer{think: 80 * time.Millisecond, interval: 20 * time.Millisecond, events: 20, headersFirst: headersFirst}
+			srv := &teststack.SSEServer{Think: 80 * time.Millisecond, Interval: 20 * time.Millisecond, Events: 20, HeadersFirst: headersFirst}
 			addr, port := serve(t, srv)
 			tr, err := Open(testConfig(port))
 			if err != nil {
@@ -191,7 +111,7 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 			rec := record(t, tr)
 
 			body := `{"model":"llama-3-8b","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-			sent := monotonicNow()
+			sent := teststack.MonotonicNow()
 			resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", bytes.NewBufferString(body))
 			if err != nil {
 				t.Fatal(err)
@@ -200,6 +120,7 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 			resp.Body.Close()
 
 			streams := rec.ends(t, 1)
+			w := srv.Written()[0]
 			var got []Record
 			for _, rs := range streams {
 				for _, r := range rs {
@@ -238,17 +159,17 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 			// The kernel's view: the head write is not a chunk. When the
 			// first event went out with the headers, HeadBody recovers it.
 			headBody := s.HeadBody(headerLen)
-			wantChunks, wantBytes := srv.events, 5 // the 0\r\n\r\n terminator
-			for _, n := range srv.sizes[0] {
+			wantChunks, wantBytes := srv.Events, 5 // the 0\r\n\r\n terminator
+			for _, n := range w.Sizes {
 				wantBytes += n
 			}
 			firstChunk := s.FirstChunkTS
 			if !headersFirst {
 				wantChunks--
-				wantBytes -= srv.sizes[0][0]
+				wantBytes -= w.Sizes[0]
 				firstChunk = s.HeadersTS
-				if headBody != uint32(srv.sizes[0][0]) {
-					t.Errorf("head carried %d body bytes, want the first event's %d", headBody, srv.sizes[0][0])
+				if headBody != uint32(w.Sizes[0]) {
+					t.Errorf("head carried %d body bytes, want the first event's %d", headBody, w.Sizes[0])
 				}
 			} else if headBody != 0 {
 				t.Errorf("headers-only head carried %d body bytes", headBody)
@@ -267,25 +188,25 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 			// server that TTFT includes on purpose and the server's own
 			// clock cannot see.
 			t.Logf("TTFT %v, server-measured think %v; TTFB %v", time.Duration(firstChunk-s.RequestTS),
-				srv.first[0].Sub(srv.start[0]), time.Duration(s.HeadersTS-s.RequestTS))
-			if s.RequestTS < sent || s.RequestTS > srv.startMono[0] {
-				t.Errorf("request stamped at %d, outside [client sent %d, handler started %d]", s.RequestTS, sent, srv.startMono[0])
+				w.First().Sub(w.Start), time.Duration(s.HeadersTS-s.RequestTS))
+			if s.RequestTS < sent || s.RequestTS > w.StartMono {
+				t.Errorf("request stamped at %d, outside [client sent %d, handler started %d]", s.RequestTS, sent, w.StartMono)
 			}
-			headBefore, headAfter := srv.headBefore[0], srv.headAfter[0]
+			headBefore, headAfter := w.HeadBefore, w.HeadAfter
 			if !headersFirst { // the head went out with the first event
-				headBefore, headAfter = srv.before[0][0], srv.after[0][0]
+				headBefore, headAfter = w.Before[0], w.After[0]
 			}
 			if s.HeadersTS < headBefore || s.HeadersTS > headAfter {
 				t.Errorf("headers stamped at %d, outside their write [%d, %d]", s.HeadersTS, headBefore, headAfter)
 			}
-			flushes := srv.flush[0]
+			flushes := w.Flushed
 			if !headersFirst {
 				flushes = flushes[1:] // the first event was in the head
 			}
 			if len(chunkTS) != len(flushes)-1 {
 				t.Fatalf("%d chunk records after the first, want %d", len(chunkTS), len(flushes)-1)
 			}
-			before, after := srv.before[0], srv.after[0]
+			before, after := w.Before, w.After
 			if !headersFirst {
 				before, after = before[1:], after[1:]
 			}
