@@ -28,6 +28,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/internal/xdp"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -165,25 +166,6 @@ func (sr streamRefusal) seam(r *tokenwireReceiver) {
 	}
 }
 
-// acceptAndClose serves a loopback port that accepts connections and
-// closes them, until the test ends.
-func acceptAndClose(t *testing.T) (net.Listener, int) {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return ln, ln.Addr().(*net.TCPAddr).Port
-}
-
 func ours(t *testing.T, base *bpftest.Baseline, prefix string) []string {
 	t.Helper()
 	o, err := base.Ours()
@@ -209,7 +191,7 @@ func TestStreamProbeDownOthersRun(t *testing.T) {
 	// nothing else sends there, so every frame counted is ours.
 	a, b := bpftest.VethPair(t)
 	veth := b.Veth(t).Name
-	ln, port := acceptAndClose(t) // its goroutine ends in a cleanup
+	ln, port := teststack.AcceptAndClose(t) // its goroutine ends in a cleanup
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	base, err := bpftest.NewBaseline()
 	require.NoError(t, err)
@@ -356,8 +338,8 @@ func TestXDPDownOthersRun(t *testing.T) {
 	bpftest.Require(t)
 	_, b := bpftest.VethPair(t) // lo of a namespace of our own
 	const streams, events = 3, 5
-	ln := serveSSE(t, sseHandler{think: 5 * time.Millisecond, interval: 2 * time.Millisecond, events: events})
-	port := ln.Addr().(*net.TCPAddr).Port // the server's goroutine ends in a cleanup
+	srv := teststack.ServeHTTP(t, sseServer(5*time.Millisecond, 2*time.Millisecond, events))
+	port := srv.Port // the server's goroutine ends in a cleanup
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	base, err := bpftest.NewBaseline()
 	require.NoError(t, err)
@@ -377,7 +359,7 @@ func TestXDPDownOthersRun(t *testing.T) {
 
 	httpClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for range streams {
-		resp, err := httpClient.Get("http://" + ln.Addr().String() + "/")
+		resp, err := httpClient.Get(srv.URL + "/")
 		require.NoError(t, err)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -123,19 +124,7 @@ func forEachMetric(md pmetric.Metrics, name string, fn func(pmetric.Metric)) {
 
 func TestHandshakeMetricsAreExact(t *testing.T) {
 	bpftest.Require(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	ln, port := teststack.AcceptAndClose(t)
 	closed, err := net.Listen("tcp4", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedPort := closed.Addr().(*net.TCPAddr).Port

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -13,27 +12,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
-// shutdownConfig streams on ln's port only, exporting nothing before
+// shutdownConfig streams on port only, exporting nothing before
 // Shutdown: what the sinks hold afterwards is the final flush.
-func shutdownConfig(ln net.Listener) *Config {
+func shutdownConfig(port int) *Config {
 	cfg := createDefaultConfig()
 	cfg.CollectionInterval = time.Hour
 	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{ln.Addr().(*net.TCPAddr).Port}
+	cfg.Streams.Ports = []int{port}
 	return cfg
-}
-
-// serveSSE serves sseHandler on a loopback port for the test's lifetime.
-func serveSSE(t *testing.T, h sseHandler) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln
 }
 
 // chunksCounted is tokenwire.stream.chunks summed over every series of the
@@ -51,8 +40,8 @@ func chunksCounted(s *started) int64 {
 func TestShutdownReportsEveryEndedStream(t *testing.T) {
 	bpftest.Require(t)
 	const streams, events = 200, 20
-	ln := serveSSE(t, sseHandler{think: 5 * time.Millisecond, interval: 2 * time.Millisecond, events: events})
-	s := start(t, shutdownConfig(ln))
+	srv := teststack.ServeHTTP(t, sseServer(5*time.Millisecond, 2*time.Millisecond, events))
+	s := start(t, shutdownConfig(srv.Port))
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	var wg sync.WaitGroup
@@ -61,7 +50,7 @@ func TestShutdownReportsEveryEndedStream(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := client.Post("http://"+ln.Addr().String()+"/v1/completions", "application/json",
+			resp, err := client.Post(srv.URL+"/v1/completions", "application/json",
 				bytes.NewBufferString(`{"model":"m","stream":true}`))
 			if err != nil {
 				errs <- err
@@ -90,8 +79,8 @@ func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
 	const streams, events = 10, 5
 	for _, tracesFirst := range []bool{true, false} {
 		t.Run(map[bool]string{true: "traces first", false: "metrics first"}[tracesFirst], func(t *testing.T) {
-			ln := serveSSE(t, sseHandler{think: time.Millisecond, interval: time.Millisecond, events: events})
-			s := start(t, shutdownConfig(ln))
+			srv := teststack.ServeHTTP(t, sseServer(time.Millisecond, time.Millisecond, events))
+			s := start(t, shutdownConfig(srv.Port))
 			first := s.metricsRecv
 			if tracesFirst {
 				first = s.tracesRecv
@@ -99,7 +88,7 @@ func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
 
 			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			for range streams {
-				resp, err := client.Get("http://" + ln.Addr().String() + "/")
+				resp, err := client.Get(srv.URL + "/")
 				require.NoError(t, err)
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()

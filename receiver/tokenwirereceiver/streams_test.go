@@ -20,42 +20,36 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
-// sseHandler streams events after a think time, like an OpenAI-compatible
-// server.
-type sseHandler struct {
-	think, interval time.Duration
-	events          int
+// sseServer streams events after a think time, like an OpenAI-compatible
+// server; its [DONE] goes out with the chunked terminator.
+func sseServer(think, interval time.Duration, events int) *teststack.SSEServer {
+	return &teststack.SSEServer{Think: think, Interval: interval, Events: events, Done: teststack.DoneWithEnd,
+		Event: func(i int) string {
+			return fmt.Sprintf("data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
+		}}
 }
 
-func (h sseHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	w.Header().Set("Content-Type", "text/event-stream")
-	time.Sleep(h.think)
-	for i := range h.events {
-		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\n\n", i)
-		w.(http.Flusher).Flush()
-		time.Sleep(h.interval)
-	}
-	io.WriteString(w, "data: [DONE]\n\n")
+// streamConfig watches streams on port only (no handshakes), exporting
+// every interval.
+func streamConfig(port int, interval time.Duration) *Config {
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = interval
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Ports = []int{port}
+	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	return cfg
 }
 
 func TestStreamMetricsAndSpans(t *testing.T) {
 	bpftest.Require(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: sseHandler{think: 50 * time.Millisecond, interval: 10 * time.Millisecond, events: 10}}
-	go srv.Serve(ln)
-	defer srv.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	srv := teststack.ServeHTTP(t, sseServer(50*time.Millisecond, 10*time.Millisecond, 10))
+	port := srv.Port
 
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 200 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	cfg := streamConfig(port, 200*time.Millisecond)
 	f := NewFactory()
 	set := receivertest.NewNopSettings(metadata.Type)
 	metrics, traces := new(consumertest.MetricsSink), new(consumertest.TracesSink)
@@ -79,7 +73,7 @@ func TestStreamMetricsAndSpans(t *testing.T) {
 	const streams = 3
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}} // one keep-alive socket
 	for range streams {
-		req, err := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/chat/completions?stream=1",
+		req, err := http.NewRequest("POST", srv.URL+"/v1/chat/completions?stream=1",
 			bytes.NewBufferString(`{"model":"llama-3-8b","stream":true}`))
 		require.NoError(t, err)
 		req.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
@@ -172,13 +166,7 @@ func TestBadInputOnAWatchedPort(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 100 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
-	s := start(t, cfg)
+	s := start(t, streamConfig(port, 100*time.Millisecond))
 
 	send := func(payload []byte) {
 		c, err := net.Dial("tcp4", ln.Addr().String())
@@ -233,12 +221,7 @@ func TestOpaqueProtocol(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 100 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
-	s := start(t, cfg)
+	s := start(t, streamConfig(port, 100*time.Millisecond))
 
 	c, err := net.Dial("tcp4", ln.Addr().String())
 	require.NoError(t, err)
@@ -263,24 +246,14 @@ func TestOpaqueProtocol(t *testing.T) {
 // the collection interval reaches the metrics while it is still running.
 func TestLongStreamShowsIntervalsBeforeItEnds(t *testing.T) {
 	bpftest.Require(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: sseHandler{think: 10 * time.Millisecond, interval: 20 * time.Millisecond, events: 60}} // ~1.2 s
-	go srv.Serve(ln)
-	defer srv.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 200 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
-	s := start(t, cfg)
+	srv := teststack.ServeHTTP(t, sseServer(10*time.Millisecond, 20*time.Millisecond, 60)) // ~1.2 s
+	port := srv.Port
+	s := start(t, streamConfig(port, 200*time.Millisecond))
 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err := http.Get("http://" + ln.Addr().String() + "/")
+		resp, err := http.Get(srv.URL + "/")
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -308,28 +281,14 @@ func TestLongStreamShowsIntervalsBeforeItEnds(t *testing.T) {
 // stream ended by streams.idle_timeout, with what it had written so far.
 func TestIdleStreamTimesOut(t *testing.T) {
 	bpftest.Require(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
 	release := make(chan struct{})
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range 2 {
-			fmt.Fprintf(w, "data: %d\n\n", i)
-			w.(http.Flusher).Flush()
-			time.Sleep(10 * time.Millisecond)
-		}
-		<-release // hang, as a stuck model would
-	})}
-	go srv.Serve(ln)
-	defer srv.Close()
+	// Two events, then it hangs, as a stuck model would.
+	srv := teststack.ServeHTTP(t, &teststack.SSEServer{Interval: 10 * time.Millisecond, Events: 2, Hold: release,
+		Event: func(i int) string { return fmt.Sprintf("data: %d\n\n", i) }})
 	defer close(release)
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := srv.Port
 
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 200 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	cfg := streamConfig(port, 200*time.Millisecond)
 	cfg.Streams.IdleTimeout = time.Second
 	f := NewFactory()
 	set := receivertest.NewNopSettings(metadata.Type)
@@ -340,7 +299,7 @@ func TestIdleStreamTimesOut(t *testing.T) {
 	defer func() { require.NoError(t, tr.Shutdown(context.Background())) }()
 
 	go func() {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/")
+		resp, err := http.Get(srv.URL + "/")
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

@@ -3,7 +3,6 @@ package tokenwirereceiver
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -24,12 +24,8 @@ import (
 // programs attached per hook point, the open-stream and map gauges.
 func TestSelfTelemetry(t *testing.T) {
 	bpftest.Require(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := &http.Server{Handler: sseHandler{think: 5 * time.Millisecond, interval: 5 * time.Millisecond, events: 3}}
-	go srv.Serve(ln)
-	defer srv.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	srv := teststack.ServeHTTP(t, sseServer(5*time.Millisecond, 5*time.Millisecond, 3))
+	port := srv.Port
 
 	tel := componenttest.NewTelemetry()
 	defer tel.Shutdown(context.Background())
@@ -45,7 +41,7 @@ func TestSelfTelemetry(t *testing.T) {
 	require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
 	defer func() { require.NoError(t, r.Shutdown(context.Background())) }()
 
-	resp, err := http.Get("http://" + ln.Addr().String() + "/")
+	resp, err := http.Get(srv.URL + "/")
 	require.NoError(t, err)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
