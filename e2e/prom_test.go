@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // promClient queries Prometheus's HTTP API (/api/v1), the way Grafana and
@@ -215,7 +217,7 @@ func startPrometheus(t *testing.T, dir, bin, rulesFile string) *promClient {
 		"--log.level=info",
 	)
 	c := &promClient{base: "http://" + addr, hc: &http.Client{Timeout: 10 * time.Second}}
-	p.waitReady(t, 30*time.Second, "ready endpoint", httpOK(c.base+"/-/ready"))
+	waitReady(t, p, 30*time.Second, "ready endpoint", teststack.HTTPOK(c.base+"/-/ready"))
 	return c
 }
 

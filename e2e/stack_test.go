@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // The streaming workload. Its timing is what the metrics must show.
@@ -95,12 +96,12 @@ func TestStack(t *testing.T) {
 
 	// The streaming server first: connections made before the probe is
 	// attached would be missed, none are made before.
-	server := &sseServer{think: think, interval: interval, events: events}
-	stopServer, err := server.serve(fmt.Sprintf("127.0.0.1:%d", streamsPort))
+	server := newServer(think, interval, events)
+	httpServer, err := teststack.StartHTTP(fmt.Sprintf("127.0.0.1:%d", streamsPort), server)
 	if err != nil {
 		t.Fatalf("streaming server: %v", err)
 	}
-	t.Cleanup(stopServer)
+	t.Cleanup(func() { httpServer.Shutdown(5 * time.Second) })
 	chatURL := fmt.Sprintf("http://127.0.0.1:%d%s", streamsPort, chatPath)
 
 	// The XDP filter's interface: the test's own veth pair.
@@ -112,7 +113,7 @@ func TestStack(t *testing.T) {
 	env := []string{"TOKENWIRE_E2E_OTLP_ENDPOINT=" + otlpAddr, "TOKENWIRE_E2E_SPANS_FILE=" + spansFile,
 		"TOKENWIRE_E2E_XDP_IF=" + xl.rootIf}
 	sink := startProc(t, dir, "sink-collector", env, collectorBin, "--config", filepath.Join(repo, "e2e", "testdata", "sink.yaml"))
-	sink.waitReady(t, 30*time.Second, "OTLP listener", tcpListening(otlpAddr))
+	waitReady(t, sink, 30*time.Second, "OTLP listener", teststack.TCPListening(otlpAddr))
 
 	// The collector under test: config.yaml as shipped, plus a traces
 	// exporter to the sink and the XDP filter on the test's veth
@@ -120,7 +121,7 @@ func TestStack(t *testing.T) {
 	collector := startProc(t, dir, "collector", env, collectorBin,
 		"--config", filepath.Join(repo, "config.yaml"),
 		"--config", filepath.Join(repo, "e2e", "testdata", "traces-overlay.yaml"))
-	collector.waitReady(t, 60*time.Second, "healthy health_check", httpOK("http://127.0.0.1:13133/"))
+	waitReady(t, collector, 60*time.Second, "healthy health_check", teststack.HTTPOK("http://127.0.0.1:13133/"))
 
 	prom := startPrometheus(t, dir, promBin, rulesFile)
 	prom.waitValue(t, `sum(up{job=~"tokenwire|tokenwire-self"})`, 2, 30*time.Second)
@@ -133,13 +134,7 @@ func TestStack(t *testing.T) {
 
 	// Handshake targets: a listener that accepts and closes, and a port
 	// nothing listens on.
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { listener.Close() })
-	go acceptAndClose(listener)
-	lport := listener.Addr().(*net.TCPAddr).Port
+	listener, lport := teststack.AcceptAndClose(t)
 	refusedPort := freePort(t)
 
 	// Warm-up: the series exist before the measured wave, as they would in
@@ -217,7 +212,7 @@ func TestStack(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	t.Run("streams", func(t *testing.T) {
-		checkStreams(t, prom, byModel, totalStreams, server.streamBytes(), window)
+		checkStreams(t, prom, byModel, totalStreams, streamBytes(server), window)
 	})
 	t.Run("handshakes", func(t *testing.T) {
 		checkHandshakes(t, prom, lport, refusedPort, slowPort, slowDur, totalStreams+plainReplies)
@@ -235,7 +230,7 @@ func TestStack(t *testing.T) {
 		checkRules(t, prom, promBin, rulesFile)
 	})
 	t.Run("traces", func(t *testing.T) {
-		checkTraces(t, spansFile, model, warm, mainRes, server.streamBytes())
+		checkTraces(t, spansFile, model, warm, mainRes, streamBytes(server))
 	})
 	t.Logf("e2e checks done after %s", time.Since(began).Round(time.Millisecond))
 }
@@ -318,7 +313,7 @@ func checkStreams(t *testing.T, prom *promClient, byModel string, streams, bytes
 	equal(t, "chunks", chunks, n*events)
 	if chunks == n*(events+1) {
 		t.Errorf("chunks: one extra per stream: the chunk-framed `data: [DONE]` event (%q) was counted "+
-			"as a chunk; the README says it ends the stream and is not a chunk", chunkFramed(doneEvent))
+			"as a chunk; the README says it ends the stream and is not a chunk", teststack.ChunkFramed(teststack.DoneEvent))
 	}
 	equal(t, "chunk intervals", value(t, prom, "sum(tokenwire_stream_chunk_interval_seconds_count"+byModel+")"), n*(events-1))
 	equal(t, "body bytes", value(t, prom, "sum(tokenwire_stream_bytes_total"+byModel+")"), n*float64(bytesPerStream))

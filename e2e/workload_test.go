@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -20,118 +19,33 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
-// sseServer is an OpenAI-style chat completions endpoint with known timing:
-// a streamed request (`"stream": true`) gets its response head at once,
-// then, after think, events SSE events interval apart (at least: sleeps are
-// relative), then `data: [DONE]` one interval later. A request with `"stream": false` gets one JSON body with
-// a Content-Length, which tokenwire must not count as a stream.
-type sseServer struct {
-	think    time.Duration
-	interval time.Duration
-	events   int
+// newServer is an OpenAI-style chat completions endpoint with known
+// timing: a streamed request (`"stream": true`) gets its response head at
+// once, then, after think, events SSE events (OpenAIEvent, the same length
+// each) interval apart (at least: sleeps are relative), then `data: [DONE]`
+// one interval later, flushed as its own chunk. A request with
+// `"stream": false` gets one JSON body with a Content-Length, which
+// tokenwire must not count as a stream. The head goes out before the
+// think time, as inference servers do: TTFT must then measure the first
+// event, not the head.
+func newServer(think, interval time.Duration, events int) *teststack.SSEServer {
+	return &teststack.SSEServer{Think: think, Interval: interval, Events: events,
+		HeadersFirst: true, Done: teststack.DoneFlushed, Event: teststack.OpenAIEvent,
+		Header: http.Header{"Cache-Control": {"no-cache"}}, PlainUnlessStreamed: true}
 }
 
-// chatRequest is the part of an OpenAI chat request the server reads.
-type chatRequest struct {
-	Model  string `json:"model"`
-	Stream bool   `json:"stream"`
-}
-
-// eventPayload is the i-th SSE event, the same length for every i so the
-// byte count per stream is known exactly.
-func eventPayload(i int) string {
-	return fmt.Sprintf("data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%03d\"}}]}\n\n", i)
-}
-
-// doneEvent ends an OpenAI-style stream; tokenwire treats it as the end,
-// not as a chunk.
-const doneEvent = "data: [DONE]\n\n"
-
-// chunkedSize is how many bytes one Write+Flush of n bytes puts on the wire
-// in an HTTP/1.1 chunked body: "<hex n>\r\n" + data + "\r\n". tokenwire
-// counts body bytes as written, framing included.
-func chunkedSize(n int) int {
-	return len(strconv.FormatInt(int64(n), 16)) + 2 + n + 2
-}
-
-// chunkFramed is data as one chunk of a chunked body.
-func chunkFramed(data string) string {
-	return strconv.FormatInt(int64(len(data)), 16) + "\r\n" + data + "\r\n"
-}
-
-// streamBytes is tokenwire.stream.bytes for one of our streams: every body
-// byte written after the response head up to the end of the stream,
-// chunked framing included: the events' chunks and the [DONE] event's
-// chunk. The [DONE] write ends the stream (it is not a chunk, but its bytes
-// are body bytes as written); the last-chunk "0\r\n\r\n" that net/http
-// writes afterwards, when the handler returns, is past the end.
-func (s *sseServer) streamBytes() int {
-	total := chunkedSize(len(doneEvent))
-	for i := range s.events {
-		total += chunkedSize(len(eventPayload(i)))
-	}
-	return total
-}
-
-func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if !req.Stream {
-		resp := []byte(`{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}`)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(resp)))
-		_, _ = w.Write(resp)
-		return
-	}
-	fl := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	// The head goes out before the think time, as inference servers do:
-	// TTFT must then measure the first event, not the head.
-	fl.Flush()
-	// Sleeps are relative: a server that fell behind and caught up would
-	// write two events within streams.coalesce, which tokenwire rightly
-	// reports as one chunk (a burst), and the exact counts below would not
-	// hold for a reason that is the workload's, not tokenwire's.
-	time.Sleep(s.think)
-	for i := range s.events {
-		if i > 0 {
-			time.Sleep(s.interval)
-		}
-		if _, err := io.WriteString(w, eventPayload(i)); err != nil {
-			return
-		}
-		fl.Flush()
-	}
-	time.Sleep(s.interval)
-	_, _ = io.WriteString(w, doneEvent)
-	fl.Flush()
-}
-
-// serve starts the server on addr and returns a function that stops it.
-func (s *sseServer) serve(addr string) (stop func(), err error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+// streamBytes is tokenwire.stream.bytes for one of the server's streams:
+// every body byte written after the response head up to the end of the
+// stream, chunked framing included: the events' chunks and the [DONE]
+// event's chunk. The [DONE] write ends the stream (it is not a chunk, but
+// its bytes are body bytes as written); the last-chunk "0\r\n\r\n" that
+// net/http writes afterwards, when the handler returns, is past the end.
+func streamBytes(s *teststack.SSEServer) int {
+	return s.EventBytes() + teststack.ChunkedSize(len(teststack.DoneEvent))
 }
 
 // traceParent is a W3C trace context as a caller would send it.
@@ -240,18 +154,6 @@ func chatMany(url, model string, n int, stream, withTraceParent bool) ([]streamR
 	}
 	wg.Wait()
 	return results, errors.Join(errs...)
-}
-
-// acceptAndClose runs an accept loop that closes every connection, until
-// the listener is closed.
-func acceptAndClose(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		c.Close()
-	}
 }
 
 // connectN makes n sequential connections to addr, closing each at once.
