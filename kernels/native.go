@@ -26,6 +26,6 @@ func RunNative(ctx context.Context, stage, script string, limit time.Duration, l
 		return Exec{Err: err}
 	}
 	cmd := exec.Command("sh", script, abs)
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "TWK_TIMEOUT=timeout --foreground")
 	return streamCmd(ctx, cmd, logPath, progress)
 }

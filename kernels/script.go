@@ -30,6 +30,10 @@ func PlanScript(runs []Run) string {
 root=$1
 M=%s
 rcf=${TMPDIR:-/tmp}/twk-rc.$$
+# The runner sets TWK_TIMEOUT="timeout --foreground" natively: coreutils
+# timeout otherwise moves to a process group of its own, out of reach of
+# the runner's kill on Ctrl-C. busybox timeout stays in the caller's group.
+timeout=${TWK_TIMEOUT:-timeout}
 export %s=1
 unset %s
 
@@ -55,7 +59,7 @@ run() {
 		if [ "$hook" != default ]; then
 			export %s="$hook"
 		fi
-		timeout -s KILL $((secs + 30)) "$root/bin/$bin" -test.v -test.count=1 -test.timeout="${secs}s" "$@" 2>&1
+		$timeout -s KILL $((secs + 30)) "$root/bin/$bin" -test.v -test.count=1 -test.timeout="${secs}s" "$@" 2>&1
 		echo $? >"$rcf"
 	) | prefix "$id"
 	echo "$M end $id rc=$(cat "$rcf")"

@@ -95,3 +95,47 @@ func rawLines(e Exec, id string) []string {
 	}
 	return nil
 }
+
+// TestCancelKillsTheTestBinary: Ctrl-C of the runner (a cancelled
+// context) must not leave a test binary running behind timeout(1).
+func TestCancelKillsTheTestBinary(t *testing.T) {
+	root := t.TempDir()
+	pkg := Package{Dir: "internal/xdp", Binary: "xdp.test", Capability: "xdp"}
+	for _, d := range []string{"bin", pkg.Dir} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pidFile := filepath.Join(root, "pid")
+	sleeper := "#!/bin/sh\necho $$ > " + pidFile + "\nexec sleep 60\n"
+	if err := os.WriteFile(filepath.Join(root, "bin", pkg.Binary), []byte(sleeper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "plan.sh")
+	if err := os.WriteFile(script, []byte(PlanScript(BuildPlan([]Package{pkg}, false, time.Minute))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Exec)
+	go func() { done <- RunNative(ctx, root, script, time.Minute, filepath.Join(t.TempDir(), "log"), nil) }()
+	var pid string
+	for deadline := time.Now().Add(10 * time.Second); pid == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		pid = strings.TrimSpace(string(b))
+	}
+	if pid == "" {
+		t.Fatal("the fake test binary never started")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunNative did not return after cancel")
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat("/proc/" + pid); os.IsNotExist(err) {
+			return
+		}
+	}
+	t.Errorf("the test binary (pid %s) outlived the runner's cancel", pid)
+}
