@@ -243,20 +243,79 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret)
 	return WRITE_PEEKED;
 }
 
+/* ends_chunked reads the 8 bytes before end: a chunked terminator after
+ * the last chunk's CRLF ends the response, and the write carried data. */
+static __always_inline __u8 ends_chunked(const char *end)
+{
+	char t[8];
+	if (bpf_probe_read_user(t, sizeof(t), end - 8))
+		return WRITE_PEEKED;
+	if (t[1] == '\r' && t[2] == '\n' && t[3] == '0' && t[4] == '\r' && t[5] == '\n' && t[6] == '\r' && t[7] == '\n')
+		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+	return WRITE_PEEKED;
+}
+
+/* body_flags classifies a body write of ret bytes at the least cost. A
+ * short write (where terminators and [DONE] events are: up to 32 bytes)
+ * is read whole. Of a longer one only the last 8 bytes are read, for a
+ * terminator written after the last chunk: straight from the buffer the
+ * syscall names (write, sendto: no other read), or from the last buffer
+ * of a gathered write. A token chunk costs one 8-byte read. */
+static __always_inline __u8 body_flags(__u64 ret)
+{
+	struct user_io io;
+	if (ret <= 32) {
+		if (syscall_io(&io))
+			return 0;
+		return sent_flags(&io, ret);
+	}
+	struct syscall_args a;
+	if (syscall_args(&a))
+		return 0;
+	if (a.nr == NR_WRITE || a.nr == NR_SENDTO)
+		return ends_chunked((const char *)a.arg1 + ret);
+	if (syscall_io_of(&a, &io))
+		return 0;
+	/* The buffer holding the write's last byte, and how much of it went. */
+	const char *base = NULL;
+	__u64 used = 0, left = ret;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= io.nr)
+			break;
+		__u64 len = io.iov[i].iov_len;
+		if (left <= len) {
+			base = io.iov[i].iov_base;
+			used = left;
+			break;
+		}
+		left -= len;
+	}
+	if (!base)
+		return WRITE_PEEKED;
+	if (used >= 8)
+		return ends_chunked(base + used);
+	if (used == 5) { /* the terminator in a buffer of its own, after the last chunk */
+		char t[5];
+		if (!bpf_probe_read_user(t, sizeof(t), base) && t[0] == '0' && t[1] == '\r' && t[2] == '\n' &&
+		    t[3] == '\r' && t[4] == '\n')
+			return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+	}
+	return WRITE_PEEKED;
+}
+
 /* peek_sent looks at what a finished write carried, from the writer's own
  * syscall arguments: the response head for the first write of a response,
  * terminators for the others. 0: the write's buffers are unknown (a kernel
  * thread, sendfile, io_uring), so the stream is opaque. */
 static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
+	if (st->state == TW_ST_RESPONSE)
+		return body_flags(ret);
 	struct user_io io;
 	if (syscall_io(&io))
 		return 0;
-	if (st->state != TW_ST_RESPONSE) {
-		__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
-		return WRITE_PEEKED | (peek_response(sk, st, io.iov[0].iov_base, len, ret) << WRITE_HEAD_SHIFT);
-	}
-	return sent_flags(&io, ret);
+	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+	return WRITE_PEEKED | (peek_response(sk, st, io.iov[0].iov_base, len, ret) << WRITE_HEAD_SHIFT);
 }
 
 #endif

@@ -83,11 +83,20 @@ static __always_inline int syscall_args(struct syscall_args *a)
 }
 
 /* syscall_io fills io from the current syscall's arguments. */
+static __always_inline int syscall_io_of(const struct syscall_args *sa, struct user_io *io);
+
 static __always_inline int syscall_io(struct user_io *io)
 {
 	struct syscall_args a;
 	if (syscall_args(&a))
 		return -1;
+	return syscall_io_of(&a, io);
+}
+
+/* syscall_io_of fills io from the syscall arguments a. */
+static __always_inline int syscall_io_of(const struct syscall_args *sa, struct user_io *io)
+{
+	struct syscall_args a = *sa;
 	const void *arg = (const void *)a.arg1;
 	__u64 n = a.arg2;
 	const struct iovec *iov;
