@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 var (
@@ -42,28 +42,12 @@ var (
 	out      = flag.String("out", "", "also write the report to this file")
 )
 
-// server is an SSE server that records, per stream, when it started
-// answering and when each event's write returned.
-type server struct {
-	mu    sync.Mutex
-	times map[string][]time.Time // by request id: start, then each event
-}
-
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	id := r.URL.Query().Get("id")
-	times := []time.Time{time.Now()}
-	w.Header().Set("Content-Type", "text/event-stream")
-	time.Sleep(*think)
-	for i := range *nChunks {
-		fmt.Fprintf(w, "data: {\"token\":%d}\n\n", i)
-		w.(http.Flusher).Flush()
-		times = append(times, time.Now())
-		time.Sleep(*interval)
-	}
-	s.mu.Lock()
-	s.times[id] = times
-	s.mu.Unlock()
+// newServer is an SSE server that records, per stream (by its id query
+// parameter), when it started answering and when each event's flush
+// returned.
+func newServer() *teststack.SSEServer {
+	return &teststack.SSEServer{Think: *think, Interval: *interval, Events: *nChunks,
+		Event: func(i int) string { return fmt.Sprintf("data: {\"token\":%d}\n\n", i) }}
 }
 
 // client runs one stream and returns when each event arrived, relative to
@@ -128,15 +112,13 @@ func run() error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
-	srv := &server{times: map[string][]time.Time{}}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	srv := newServer()
+	hs, err := teststack.StartHTTP("", srv)
 	if err != nil {
 		return err
 	}
-	defer ln.Close()
-	go http.Serve(ln, srv)
-	addr := ln.Addr().String()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	defer hs.Close()
+	addr, port := hs.Addr, uint16(hs.Port)
 
 	var report strings.Builder
 	var uts unix.Utsname
@@ -160,7 +142,7 @@ func run() error {
 
 // accuracy runs one round with per-chunk records and compares each
 // stream's kernel timings with the server's and the client's.
-func accuracy(addr string, port uint16, srv *server, report *strings.Builder) error {
+func accuracy(addr string, port uint16, srv *teststack.SSEServer, report *strings.Builder) error {
 	tr, err := openTracer(port, true)
 	if err != nil {
 		return err
@@ -238,20 +220,20 @@ func accuracy(addr string, port uint16, srv *server, report *strings.Builder) er
 	var ttftVsServer, ttftVsClient, gapVsServer []float64
 	matched := 0
 	for _, k := range streams {
-		st, ok := srv.times[k.reqID]
+		st, ok := srv.ByID(k.reqID)
 		c, cok := clients[k.reqID]
 		if k.reqID == "" || !ok || !cok || k.firstTS == 0 {
 			continue
 		}
 		matched++
 		kttft := time.Duration(k.firstTS - k.reqTS)
-		ttftVsServer = append(ttftVsServer, float64((kttft-st[1].Sub(st[0])).Abs())/1e6)
+		ttftVsServer = append(ttftVsServer, float64((kttft-st.First().Sub(st.Start)).Abs())/1e6)
 		if len(c.arrivals) > 0 {
 			ttftVsClient = append(ttftVsClient, float64((kttft-c.arrivals[0].Sub(c.sent)).Abs())/1e6)
 		}
-		for i := 1; i < len(k.chunks) && i+1 < len(st); i++ {
+		for i := 1; i < len(k.chunks) && i < len(st.Flushed); i++ {
 			kg := time.Duration(k.chunks[i] - k.chunks[i-1])
-			sg := st[i+1].Sub(st[i])
+			sg := st.Flushed[i].Sub(st.Flushed[i-1])
 			gapVsServer = append(gapVsServer, float64((kg-sg).Abs())/1e6)
 		}
 	}
