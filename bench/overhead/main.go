@@ -36,7 +36,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +48,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 var (
@@ -95,7 +95,7 @@ orchestrate:
 		case <-interrupted:
 			// The signal handler is stopping the children and will exit;
 			// this error is only a consequence of that.
-			time.Sleep(2 * stopGrace)
+			time.Sleep(2 * teststack.DefaultGrace)
 		default:
 		}
 		fmt.Fprintln(os.Stderr, "overhead:", err)
@@ -139,8 +139,7 @@ type env struct {
 	icArgs    []string // collector arguments, interceptor variant
 	stats     io.Closer
 	logs      *os.File
-	procs     *procs
-	health    *http.Client
+	procs     *teststack.Group
 }
 
 func (e *env) healthURL() string    { return fmt.Sprintf("http://127.0.0.1:%d/", healthPort) }
@@ -166,7 +165,7 @@ func orchestrate() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	e := &env{self: self, tmp: tmp, health: &http.Client{Timeout: 2 * time.Second}}
+	e := &env{self: self, tmp: tmp}
 	if err := e.writeConfigs(); err != nil {
 		return err
 	}
@@ -177,8 +176,8 @@ func orchestrate() error {
 		return err
 	}
 	defer e.logs.Close()
-	e.procs = &procs{logs: e.logs}
-	defer e.procs.stopAll()
+	e.procs = &teststack.Group{}
+	defer e.procs.StopAll()
 	// Kernel bpf stats through a BPF_ENABLE_STATS file descriptor, not the
 	// kernel.bpf_stats_enabled sysctl: the kernel counts holders and turns
 	// the stats off again when the last one closes, so the host's setting
@@ -267,7 +266,7 @@ func (e *env) handleSignals() {
 		s := <-sig
 		close(interrupted)
 		fmt.Fprintf(os.Stderr, "overhead: %v: stopping child processes\n", s)
-		e.procs.stopAll()
+		e.procs.StopAll()
 		e.stats.Close()
 		os.RemoveAll(e.tmp)
 		os.Exit(130)
@@ -348,103 +347,6 @@ service:
 	return nil
 }
 
-// collector is a running collector and the file its log goes to.
-type collector struct {
-	*child
-	log *os.File
-}
-
-// stop stops the collector and closes its log.
-func (c *collector) stop() {
-	c.child.stop()
-	c.log.Close()
-}
-
-// startCollector starts the collector for a variant (nil for baseline),
-// waits until its health check answers and checks that it holds BPF
-// programs exactly when it should: the tokenwire collector must (or there
-// is no BPF time to report), the interceptor's must not (its config must
-// not have started the tokenwire receiver in some other pipeline).
-func (e *env) startCollector(variant string) (*collector, error) {
-	var args []string
-	switch variant {
-	case "tokenwire":
-		args = e.twArgs
-	case "interceptor":
-		args = e.icArgs
-	default:
-		return nil, nil
-	}
-	// A log of its own, to count what its debug exporter saw (exported).
-	log, err := os.CreateTemp(e.tmp, "collector-"+variant+"-*.log")
-	if err != nil {
-		return nil, err
-	}
-	ch, err := e.procs.start(false, log, *collectorBin, args...)
-	if err != nil {
-		log.Close()
-		return nil, err
-	}
-	c := &collector{child: ch, log: log}
-	fail := func(err error) (*collector, error) {
-		c.stop()
-		e.logs.Write(tail(log.Name(), 4000))
-		return nil, err
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c.exited() {
-			return fail(fmt.Errorf("collector exited during start: %v", c.waitErr))
-		}
-		if time.Now().After(deadline) {
-			return fail(errors.New("collector did not become healthy within 60 s"))
-		}
-		resp, err := e.health.Get(e.healthURL())
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // let the receiver settle after Start
-	if c.exited() {
-		return fail(fmt.Errorf("collector exited after start: %v", c.waitErr))
-	}
-	ps, err := benchutil.Programs(c.pid())
-	if err != nil {
-		return fail(fmt.Errorf("collector's BPF programs: %w", err))
-	}
-	if variant == "tokenwire" && len(ps) == 0 {
-		return fail(errors.New("the tokenwire collector holds no BPF programs"))
-	}
-	if variant == "interceptor" && len(ps) > 0 {
-		return fail(fmt.Errorf("the interceptor's collector holds %d BPF programs: is tokenwire in another pipeline of %s?", len(ps), *baseConfig))
-	}
-	return c, nil
-}
-
-// startServer starts the SSE server (instrumented for the interceptor
-// variant) and waits for its "ready" line.
-func (e *env) startServer(variant string) (*child, error) {
-	args := []string{"server", "-addr", e.serverAddr(), "-interval", interval.String()}
-	if variant == "interceptor" {
-		args = append(args, "-otlp", e.otlpEndpoint())
-	}
-	c, err := e.procs.start(true, nil, e.self, args...)
-	if err != nil {
-		return nil, err
-	}
-	line, err := c.readLine(30 * time.Second)
-	if err != nil || line != "ready" {
-		c.stop()
-		return nil, fmt.Errorf("server did not start: %q %v", line, err)
-	}
-	c.drain()
-	return c, nil
-}
-
 // snapshot is the cumulative counters at one instant.
 type snapshot struct {
 	at                      time.Time
@@ -458,22 +360,22 @@ type progRun struct{ Ns, Cnt uint64 }
 
 // snap reads the counters; any error (a process gone) fails the run
 // rather than turning into a zero.
-func snap(server *child, collector *collector, load *child) (snapshot, error) {
+func snap(server, collector, load *teststack.Proc) (snapshot, error) {
 	s := snapshot{at: time.Now()}
 	var err error
-	if s.server, err = benchutil.CPUSeconds(server.pid()); err != nil {
+	if s.server, err = benchutil.CPUSeconds(server.Pid()); err != nil {
 		return s, fmt.Errorf("server CPU: %w", err)
 	}
-	if s.load, err = benchutil.CPUSeconds(load.pid()); err != nil {
+	if s.load, err = benchutil.CPUSeconds(load.Pid()); err != nil {
 		return s, fmt.Errorf("load generator CPU: %w", err)
 	}
 	if collector != nil {
-		if s.collector, err = benchutil.CPUSeconds(collector.pid()); err != nil {
+		if s.collector, err = benchutil.CPUSeconds(collector.Pid()); err != nil {
 			return s, fmt.Errorf("collector CPU: %w", err)
 		}
 		// Only programs the collector holds: others on the host (other
 		// tests, other tools) are not ours to count.
-		ps, err := benchutil.Programs(collector.pid())
+		ps, err := benchutil.Programs(collector.Pid())
 		if err != nil {
 			return s, fmt.Errorf("collector's BPF programs: %w", err)
 		}
@@ -496,7 +398,7 @@ func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
 // absolute times), so chunks and CPU cover the same interval.
 func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
 	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
-	if err := waitPortsFree(e.ports(), 2*time.Minute); err != nil {
+	if err := teststack.WaitPortsFree(e.ports(), 2*time.Minute); err != nil {
 		return rw, err
 	}
 	coll, err := e.startCollector(variant)
@@ -505,9 +407,9 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	if coll != nil {
 		defer func() {
-			coll.stop() // after the server (defers run last first)
+			coll.Stop() // after the server (defers run last first)
 			if err != nil {
-				e.logs.Write(tail(coll.log.Name(), 4000))
+				fmt.Fprintln(e.logs, coll.Tail(60))
 			}
 		}()
 	}
@@ -515,18 +417,18 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	if err != nil {
 		return rw, err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	resFile := filepath.Join(e.tmp, "load.json")
 	os.Remove(resFile)
 	from := time.Now().Add(*warmup)
 	to := from.Add(window)
-	load, err := e.procs.start(false, nil, e.self, "load", "-addr", e.serverAddr(),
+	load, err := e.procs.Start(teststack.ProcOptions{Name: "load", Log: e.logs}, e.self, "load", "-addr", e.serverAddr(),
 		"-streams", strconv.Itoa(nStreams), "-chunks", strconv.Itoa(*chunks), "-interval", interval.String(),
 		"-from", strconv.FormatInt(from.UnixNano(), 10), "-to", strconv.FormatInt(to.UnixNano(), 10), "-out", resFile)
 	if err != nil {
 		return rw, err
 	}
-	defer load.stop()
+	defer load.Stop()
 	sleepUntil(from)
 	a, err := snap(srv, coll, load)
 	if err != nil {
@@ -537,11 +439,11 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	if err != nil {
 		return rw, err
 	}
-	if rw.ServerMem, err = benchutil.Memory(srv.pid()); err != nil {
+	if rw.ServerMem, err = benchutil.Memory(srv.Pid()); err != nil {
 		return rw, fmt.Errorf("server memory: %w", err)
 	}
 	if coll != nil {
-		if rw.CollectorMem, err = benchutil.Memory(coll.pid()); err != nil {
+		if rw.CollectorMem, err = benchutil.Memory(coll.Pid()); err != nil {
 			return rw, fmt.Errorf("collector memory: %w", err)
 		}
 	}
@@ -556,19 +458,19 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	// The load generator finishes the streams in flight (each at most
 	// -chunks intervals, plus its own per-stream deadline) and exits.
-	if err := load.wait(time.Duration(*chunks)*(*interval)*5 + 60*time.Second); err != nil {
+	if err := load.Wait(time.Duration(*chunks)*(*interval)*5 + 60*time.Second); err != nil {
 		return rw, fmt.Errorf("load: %w", err)
 	}
-	if srv.exited() || (coll != nil && coll.exited()) {
+	if exited(srv) || (coll != nil && exited(coll)) {
 		return rw, errors.New("server or collector exited during the run")
 	}
 	// Server first, so that the interceptor flushes its last spans and the
 	// tokenwire collector sees the last streams end; then the collector,
 	// which flushes its pipelines on the way out.
-	srv.stop()
+	srv.Stop()
 	if coll != nil {
-		coll.stop()
-		if rw.Exported, err = countExported(coll.log.Name()); err != nil {
+		coll.Stop()
+		if rw.Exported, err = countExported(coll.LogPath()); err != nil {
 			return rw, err
 		}
 	}
@@ -629,20 +531,20 @@ type memResult struct {
 // the end of those), then with n open streams.
 func (e *env) memory(n int) (*memResult, error) {
 	m := &memResult{}
-	if err := waitPortsFree(e.ports(), 2*time.Minute); err != nil {
+	if err := teststack.WaitPortsFree(e.ports(), 2*time.Minute); err != nil {
 		return nil, err
 	}
 	coll, err := e.startCollector("tokenwire")
 	if err != nil {
 		return nil, err
 	}
-	defer coll.stop()
+	defer coll.Stop()
 	srv, err := e.startServer("baseline")
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	pid := coll.pid()
+	defer srv.Stop()
+	pid := coll.Pid()
 	time.Sleep(2 * time.Second)
 	t0 := time.Now()
 	c0, err := benchutil.CPUSeconds(pid)
@@ -660,15 +562,14 @@ func (e *env) memory(n int) (*memResult, error) {
 	}
 	m.Maps, _ = benchutil.Maps(pid)
 
-	idle, err := e.procs.start(true, nil, e.self, "idle", "-addr", e.serverAddr(), "-conns", strconv.Itoa(n), "-hold", "120s")
+	idle, err := e.procs.Start(teststack.ProcOptions{Name: "idle", Log: e.logs, Lines: true}, e.self, "idle", "-addr", e.serverAddr(), "-conns", strconv.Itoa(n), "-hold", "120s")
 	if err != nil {
 		return nil, err
 	}
-	defer idle.stop()
-	if m.Connected, err = idle.readLine(90 * time.Second); err != nil {
+	defer idle.Stop()
+	if m.Connected, err = idle.WaitLine(90*time.Second, nil); err != nil {
 		return nil, fmt.Errorf("idle connections not established within 90 s: %w", err)
 	}
-	idle.drain()
 	// Two collection intervals' worth of the streams being open.
 	t0 = time.Now()
 	if c0, err = benchutil.CPUSeconds(pid); err != nil {
@@ -682,7 +583,7 @@ func (e *env) memory(n int) (*memResult, error) {
 	if m.Streaming10k, err = benchutil.Memory(pid); err != nil {
 		return nil, err
 	}
-	if m.ServerAt10k, err = benchutil.Memory(srv.pid()); err != nil {
+	if m.ServerAt10k, err = benchutil.Memory(srv.Pid()); err != nil {
 		return nil, err
 	}
 	m.Maps10k, _ = benchutil.Maps(pid)
