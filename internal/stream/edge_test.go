@@ -2,13 +2,11 @@ package stream
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -55,17 +53,10 @@ func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	const think = 60 * time.Millisecond
 	raw := teststack.ServeRaw(t, think, 15*time.Millisecond, events)
 	addr, port := raw.Addr, raw.Port
-	tr, err := Open(testConfig(port))
-	if err != nil {
+	_, rec := trace(t, port)
+	if err := teststack.Fetch(nil, "GET", "http://"+addr+"/stream", ""); err != nil {
 		t.Fatal(err)
 	}
-	rec := record(t, tr)
-	resp, err := http.Get("http://" + addr + "/stream")
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	m := <-raw.Measured
 
 	ends := requireCompleted(t, rec.ends(t, 1), 1)
@@ -104,17 +95,10 @@ func TestLargeChunkIsOneChunk(t *testing.T) {
 	events := []string{"data: " + big + "\n\n", "data: small\n\n"}
 	raw := teststack.ServeRaw(t, 10*time.Millisecond, 20*time.Millisecond, events)
 	addr, port := raw.Addr, raw.Port
-	tr, err := Open(testConfig(port))
-	if err != nil {
+	_, rec := trace(t, port)
+	if err := teststack.Fetch(nil, "GET", "http://"+addr+"/", ""); err != nil {
 		t.Fatal(err)
 	}
-	rec := record(t, tr)
-	resp, err := http.Get("http://" + addr + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	if s := ends[0].Stats; s.Chunks != 2 || s.Bytes != uint64(len(events[0])+len(events[1])) {
 		t.Fatalf("%d chunks, %d bytes; want 2 chunks, %d bytes", s.Chunks, s.Bytes, len(events[0])+len(events[1]))
@@ -125,11 +109,7 @@ func TestClientAbortEndsThePartialStream(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 20 * time.Millisecond, Events: 50, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, port)
 	conn, err := net.Dial("tcp4", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -162,19 +142,12 @@ func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 4, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, port)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	for range 3 {
-		resp, err := client.Post("http://"+addr+"/", "application/json", bytes.NewBufferString("{}"))
-		if err != nil {
+		if err := teststack.Fetch(client, "POST", "http://"+addr+"/", "{}"); err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
 	}
 	ends := requireCompleted(t, rec.ends(t, 3), 3)
 	socks := map[uint64]bool{}
@@ -196,30 +169,9 @@ func TestConcurrentStreamsAllReported(t *testing.T) {
 	const n, events = 200, 10
 	srv := &teststack.SSEServer{Think: 20 * time.Millisecond, Interval: 20 * time.Millisecond, Events: events, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	tr, rec := trace(t, port)
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: n, MaxIdleConnsPerHost: n}}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Get("http://" + addr + "/")
-			if err != nil {
-				errs <- err
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := teststack.FetchAll(client, n, "GET", "http://"+addr+"/", ""); err != nil {
 		t.Fatal(err)
 	}
 	ends := requireCompleted(t, rec.ends(t, n), n)
@@ -246,22 +198,16 @@ func TestSocketStateIsRemovedOnClose(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond, Events: 2, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	tr, rec := trace(t, port)
 	for range 20 {
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := client.Get("http://" + addr + "/")
-		if err != nil {
+		if err := teststack.Fetch(client, "GET", "http://"+addr+"/", ""); err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
 	}
 	rec.ends(t, 20)
 	var left int
+	var err error
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if left, err = tr.Sockets(); err != nil || left == 0 {
 			break
@@ -319,17 +265,10 @@ func TestDoneEventInAChunkedBody(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 4, HeadersFirst: true, Done: teststack.DoneFlushed}
 	addr, port := serve(t, srv)
-	tr, err := Open(testConfig(port))
-	if err != nil {
+	_, rec := trace(t, port)
+	if err := teststack.Fetch(nil, "GET", "http://"+addr+"/", ""); err != nil {
 		t.Fatal(err)
 	}
-	rec := record(t, tr)
-	resp, err := http.Get("http://" + addr + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	if e := ends[0]; e.Stats.Chunks != 4 || e.Reason != EndTerminator {
 		t.Fatalf("%d chunks, end %v; want 4 chunks ended by the [DONE] event", e.Stats.Chunks, e.Reason)

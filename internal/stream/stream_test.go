@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -59,6 +58,17 @@ func record(t *testing.T, tr *Tracer) *recorder {
 	return r
 }
 
+// trace opens a tracer with the tests' configuration on ports and records
+// what it reads until the test ends.
+func trace(t *testing.T, ports ...uint16) (*Tracer, *recorder) {
+	t.Helper()
+	tr, err := Open(testConfig(ports...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, record(t, tr)
+}
+
 // ends waits until n END records arrived and returns all records grouped by
 // stream, in arrival order.
 func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
@@ -101,23 +111,16 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 		t.Run(fmt.Sprintf("headersFirst=%v", headersFirst), func(t *testing.T) {
 			srv := &teststack.SSEServer{Think: 80 * time.Millisecond, Interval: 20 * time.Millisecond, Events: 20, HeadersFirst: headersFirst}
 			addr, port := serve(t, srv)
-			tr, err := Open(testConfig(port))
-			if err != nil {
-				t.Fatal(err)
-			}
+			tr, rec := trace(t, port)
 			for _, p := range tr.HookPoints() {
 				t.Logf("%s: %s", p.Name, p.Choice.Summary())
 			}
-			rec := record(t, tr)
 
 			body := `{"model":"llama-3-8b","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 			sent := teststack.MonotonicNow()
-			resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", bytes.NewBufferString(body))
-			if err != nil {
+			if err := teststack.Fetch(nil, "POST", "http://"+addr+"/v1/chat/completions", body); err != nil {
 				t.Fatal(err)
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
 
 			streams := rec.ends(t, 1)
 			w := srv.Written()[0]

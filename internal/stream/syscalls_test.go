@@ -20,11 +20,7 @@ func TestEverySendSyscall(t *testing.T) {
 			events := [][]byte{[]byte("data: a\n\n"), []byte("data: {\"token\":\"bb\"}\n\n"), []byte("data: " + strings.Repeat("c", 100) + "\n\n")}
 			srv := teststack.NewChunkedServer(mode, events, [][]byte{[]byte("0\r\n\r\n")})
 			port := srv.Serve(t)
-			tr, err := Open(testConfig(port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
+			_, rec := trace(t, port)
 			body := teststack.SlowGet(t, port, false)
 			<-srv.Calls
 			<-srv.BeforeFinal
@@ -65,11 +61,7 @@ func TestPartialWritesAreJudgedByWhatWasSent(t *testing.T) {
 			last = append(last, "\r\n0\r\n\r\n"...)
 			srv := teststack.NewChunkedServer(mode, [][]byte{[]byte("data: first\n\n")}, [][]byte{last})
 			port := srv.Serve(t)
-			tr, err := Open(testConfig(port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
+			_, rec := trace(t, port)
 			body := teststack.SlowGet(t, port, true)
 			calls := <-srv.Calls
 			beforeFinal := <-srv.BeforeFinal
@@ -109,11 +101,7 @@ func TestLongPortLists(t *testing.T) {
 			for i := range n - 1 {
 				ports = append(ports, uint16(1000+i)) // privileged ports this test never serves
 			}
-			tr, err := Open(testConfig(append(ports, port)...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
+			_, rec := trace(t, append(ports, port)...)
 			teststack.SlowGet(t, port, false)
 			<-srv.Calls
 			<-srv.BeforeFinal
