@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -359,10 +358,7 @@ func TestXDPDownOthersRun(t *testing.T) {
 
 	httpClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for range streams {
-		resp, err := httpClient.Get(srv.URL + "/")
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		require.NoError(t, teststack.Fetch(httpClient, "GET", srv.URL+"/", ""))
 	}
 	client := map[string]any{"network.tcp.handshake.role": "client", "server.port": int64(port)}
 	server := map[string]any{"network.tcp.handshake.role": "server", "server.port": int64(port)}

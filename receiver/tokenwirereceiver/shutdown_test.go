@@ -1,11 +1,8 @@
 package tokenwirereceiver
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,27 +41,7 @@ func TestShutdownReportsEveryEndedStream(t *testing.T) {
 	s := start(t, shutdownConfig(srv.Port))
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	var wg sync.WaitGroup
-	errs := make(chan error, streams)
-	for range streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Post(srv.URL+"/v1/completions", "application/json",
-				bytes.NewBufferString(`{"model":"m","stream":true}`))
-			if err != nil {
-				errs <- err
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	require.NoError(t, teststack.FetchAll(client, streams, "POST", srv.URL+"/v1/completions", `{"model":"m","stream":true}`))
 	s.shutdown() // at once: no export interval has passed
 
 	require.Equal(t, streams, s.traces.SpanCount(), "one span per stream")
@@ -88,10 +65,7 @@ func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
 
 			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			for range streams {
-				resp, err := client.Get(srv.URL + "/")
-				require.NoError(t, err)
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+				require.NoError(t, teststack.Fetch(client, "GET", srv.URL+"/", ""))
 			}
 			require.NoError(t, first.Shutdown(context.Background()))
 			// Both sinks are complete before the second handle goes.

@@ -253,11 +253,7 @@ func TestLongStreamShowsIntervalsBeforeItEnds(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err := http.Get(srv.URL + "/")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+		teststack.Fetch(nil, "GET", srv.URL+"/", "")
 	}()
 	// Within the first half of the stream: TTFT and some intervals are out,
 	// the duration (known only at the end) is not.
@@ -299,11 +295,7 @@ func TestIdleStreamTimesOut(t *testing.T) {
 	defer func() { require.NoError(t, tr.Shutdown(context.Background())) }()
 
 	go func() {
-		resp, err := http.Get(srv.URL + "/")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+		teststack.Fetch(nil, "GET", srv.URL+"/", "")
 	}()
 	require.Eventually(t, func() bool { return traces.SpanCount() == 1 }, 5*time.Second, 50*time.Millisecond)
 	sp := traces.AllTraces()[0].ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)

@@ -2,8 +2,6 @@ package tokenwirereceiver
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"testing"
 	"time"
 
@@ -41,10 +39,7 @@ func TestSelfTelemetry(t *testing.T) {
 	require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
 	defer func() { require.NoError(t, r.Shutdown(context.Background())) }()
 
-	resp, err := http.Get(srv.URL + "/")
-	require.NoError(t, err)
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	require.NoError(t, teststack.Fetch(nil, "GET", srv.URL+"/", ""))
 
 	sumFor := func(name, capability string) int64 {
 		m, err := tel.GetMetric(name)
