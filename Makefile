@@ -17,9 +17,9 @@ CONFIG      := config.yaml
 # Debian packages: clang/llvm compile the BPF C (bpf2go), libbpf-dev and
 # bpftool for headers and BTF dumps, iproute2 for the network-namespace tests,
 # git for check-generated, uvicorn/starlette/FastAPI for the tests' Python
-# servers (internal/teststack).
+# servers and curl for their curl client (internal/teststack).
 APT_PACKAGES := clang-19 llvm-19 libbpf-dev bpftool iproute2 git \
-	python3-uvicorn python3-starlette python3-fastapi
+	python3-uvicorn python3-starlette python3-fastapi curl
 # express for the tests' Node server: internal/teststack/node's lock file,
 # installed into $(NPM_DIR) (where the tests look for it).
 NPM_DIR      := $(BUILD_DIR)/npm
