@@ -53,6 +53,7 @@ const enum tw_stream_record *unused_tw_stream_record __attribute__((unused));
 const enum tw_end_reason *unused_tw_end_reason __attribute__((unused));
 const enum tw_stream_counter *unused_tw_stream_counter __attribute__((unused));
 const enum tw_response_flag *unused_tw_response_flag __attribute__((unused));
+const enum tw_body_flag *unused_tw_body_flag __attribute__((unused));
 const enum tw_stream_state *unused_tw_stream_state __attribute__((unused));
 
 /* ---- the four events ---- */

@@ -11,43 +11,96 @@
 #define WRITE_DATA 4       /* a terminating write that also carries body data */
 #define WRITE_HEAD_SHIFT 4 /* a head write: its head_flags from this bit on */
 
-/* capture_request copies the head of the request from the buffer the
- * application just read it into. Only the first 2 * TW_PEEK_MAX bytes of
- * a request are kept; user space reassembles slices by offset. */
+/* Request capture budget per request, set by user space
+ * (streams.request_capture_bytes): the head and as much of the body. */
+const volatile __u32 request_capture_max = 65536;
+
+/* A payload record being built: its header and up to TW_REQ_SLICE bytes.
+ * Per CPU, so that the record goes out with bpf_ringbuf_output at its
+ * real length (a reservation's size is fixed). */
+struct payload_buf {
+	struct stream_payload h;
+	__u8 data[TW_REQ_SLICE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct payload_buf);
+} tw_st_buf SEC(".maps");
+
+/* payload_start returns the scratch record with its header filled for a
+ * record of kind about the stream in st. */
+static __always_inline struct payload_buf *payload_start(const struct sock *sk, const struct stream_state *st,
+							 __u8 kind, __u8 flags, __u64 total)
+{
+	__u32 zero = 0;
+	struct payload_buf *b = bpf_map_lookup_elem(&tw_st_buf, &zero);
+	if (!b)
+		return NULL;
+	b->h.id.sock = (__u64)sk;
+	b->h.id.gen = st->gen;
+	b->h.id.seq = st->seq;
+	b->h.id.kind = kind;
+	b->h.id.reason = flags;
+	b->h.id.len = 0;
+	b->h.ts_ns = bpf_ktime_get_ns();
+	b->h.offset = 0;
+	b->h.total = total;
+	b->h.pid = bpf_get_current_pid_tgid() >> 32;
+	b->h._pad = 0;
+	bpf_get_current_comm(b->h.comm, sizeof(b->h.comm));
+	return b;
+}
+
+/* payload_send reads n bytes (at most TW_REQ_SLICE) from src into the
+ * record and sends it. */
+static __always_inline int payload_send(struct payload_buf *b, const void *src, __u32 n)
+{
+	barrier_var(n); /* keep the bound next to its use for the verifier */
+	if (n == 0 || n > TW_REQ_SLICE)
+		return -1;
+	if (bpf_probe_read_user(b->data, n, src))
+		return -1;
+	b->h.id.len = n;
+	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + n, submit_flags(&tw_st_events))) {
+		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+		return -1;
+	}
+	return 0;
+}
+
+#define REQ_SLICES 16 /* slices one read may send: 64 KiB */
+
+/* capture_request copies the request from the buffer the application just
+ * read it into, as slices of up to TW_REQ_SLICE bytes, until
+ * request_capture_max bytes of it are sent. User space reads them in
+ * order, by offset. */
 static __always_inline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
 {
-	if (st->req_captured >= 2 * TW_PEEK_MAX)
+	if (st->req_captured >= request_capture_max)
 		return;
 	struct user_io io;
 	if (syscall_io(&io))
 		return;
-	const void *buf = io.iov[0].iov_base;
-	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
-	if (!r) {
-		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
-		return;
-	}
 	__u64 n = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
-	barrier_var(n); /* keep the bound check next to the read for the verifier */
-	if (n > TW_PEEK_MAX)
-		n = TW_PEEK_MAX;
-	if (n == 0 || bpf_probe_read_user(r->data, n, buf) != 0) {
-		bpf_ringbuf_discard(r, 0);
+	if (n > request_capture_max - st->req_captured)
+		n = request_capture_max - st->req_captured;
+	struct payload_buf *b = payload_start(sk, st, TW_REC_REQUEST, 0, ret);
+	if (!b)
 		return;
+	const char *buf = io.iov[0].iov_base;
+	__u32 off = 0;
+	for (int i = 0; i < REQ_SLICES; i++) {
+		if (off >= n)
+			break;
+		__u32 k = n - off > TW_REQ_SLICE ? TW_REQ_SLICE : n - off;
+		b->h.offset = st->req_captured + off;
+		if (payload_send(b, buf + off, k))
+			break;
+		off += k;
 	}
-	r->id.sock = (__u64)sk;
-	r->id.gen = st->gen;
-	r->id.seq = st->seq;
-	r->id.kind = TW_REC_REQUEST;
-	r->id.reason = 0;
-	r->id.len = n;
-	r->ts_ns = bpf_ktime_get_ns();
-	r->offset = st->req_captured;
-	r->total = ret;
-	r->pid = bpf_get_current_pid_tgid() >> 32;
-	r->_pad = 0;
-	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
 	st->req_captured += ret;
 }
 
@@ -87,7 +140,7 @@ static __always_inline int is_done_event(const char b[32], __u64 len)
  * servers write on its own; the final head follows). Once per response.
  * The loop keeps one flag only: the verifier then sees two states per
  * step, not one per position. */
-static __always_inline __u8 head_flags(const __u8 d[TW_PEEK_MAX], __u32 n)
+static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 {
 	if (n < 12 || d[0] != 'H' || d[1] != 'T' || d[2] != 'T' || d[3] != 'P' || d[4] != '/' || d[5] != '1' ||
 	    d[6] != '.')
@@ -115,35 +168,34 @@ static __always_inline __u8 head_flags(const __u8 d[TW_PEEK_MAX], __u32 n)
 static __always_inline __u8 peek_response(const struct sock *sk, struct stream_state *st,
 					  const void *base, __u64 len, __u64 total)
 {
-	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
-	if (!r) {
-		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+	struct payload_buf *b = payload_start(sk, st, TW_REC_RESPONSE, 0, total);
+	if (!b)
 		return 0;
-	}
 	__u32 n = len > TW_PEEK_MAX ? TW_PEEK_MAX : len;
-	if (n == 0 || bpf_probe_read_user(r->data, n, base)) {
-		bpf_ringbuf_discard(r, 0);
+	barrier_var(n);
+	if (n == 0 || n > TW_PEEK_MAX || bpf_probe_read_user(b->data, n, base))
 		return 0;
-	}
-	__u8 flags = head_flags(r->data, n);
-	if (flags & TW_RESP_INTERIM) {
-		bpf_ringbuf_discard(r, 0);
+	__u8 flags = head_flags(b->data, n);
+	if (flags & TW_RESP_INTERIM)
 		return flags;
-	}
-	r->id.sock = (__u64)sk;
-	r->id.gen = st->gen;
-	r->id.seq = st->seq;
-	r->id.kind = TW_REC_RESPONSE;
-	r->id.reason = flags;
-	r->id.len = n;
-	r->ts_ns = bpf_ktime_get_ns();
-	r->offset = 0;
-	r->total = total;
-	r->pid = bpf_get_current_pid_tgid() >> 32;
-	r->_pad = 0;
-	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	bpf_ringbuf_submit(r, submit_flags(&tw_st_events));
+	b->h.id.reason = flags;
+	b->h.id.len = n;
+	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + n, submit_flags(&tw_st_events)))
+		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
 	return flags;
+}
+
+/* send_body sends up to TW_PEEK_MAX bytes of a body write: from its start
+ * (first) or its end (tail). */
+static __always_inline void send_body(const struct sock *sk, const struct stream_state *st, __u8 flag,
+				      const char *start, __u64 len, __u64 total, int tail)
+{
+	__u32 n = len > TW_PEEK_MAX ? TW_PEEK_MAX : len;
+	struct payload_buf *b = payload_start(sk, st, TW_REC_BODY, flag, total);
+	if (!b)
+		return;
+	b->h.offset = tail ? total - n : 0;
+	payload_send(b, tail ? start + len - n : start, n);
 }
 
 /* Scratch room for gathering a short write from several buffers: a stack
@@ -243,42 +295,84 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret)
 	return WRITE_PEEKED;
 }
 
-/* ends_chunked reads the 8 bytes before end: a chunked terminator after
- * the last chunk's CRLF ends the response, and the write carried data. */
-static __always_inline __u8 ends_chunked(const char *end)
+/* ends_stream_event tells, from the last bytes of a write (t, 16 of
+ * them), whether the event it ends may end a stream: the usage or the
+ * finish reason of OpenAI-style chunks, Anthropic's message_delta, a
+ * Responses API response.completed, TGI's details, llama.cpp's timings,
+ * Ollama's final object. Cheap to tell, and rare: the bytes of such a
+ * write are sent to user space, which parses them. After stripping the
+ * framing (CR, LF), it is "}}" after anything but a quote (a closing
+ * object, not a string: Anthropic's text deltas end '"}}'), '"}]}' (a
+ * finish reason, where token chunks end 'null}]}'), or three digits and
+ * "}" (Ollama's eval_duration, where its other lines end 'false}'). */
+static __always_inline int ends_stream_event(const char t[16])
 {
-	char t[8];
-	if (bpf_probe_read_user(t, sizeof(t), end - 8))
+	int e = 15;
+	for (int i = 0; i < 5; i++) { /* "\n\n\r\n" at most, and a spare */
+		if (t[e & 15] != '\r' && t[e & 15] != '\n')
+			break;
+		e--;
+	}
+	if (e < 4 || t[e & 15] != '}')
+		return 0;
+	char c1 = t[(e - 1) & 15], c2 = t[(e - 2) & 15], c3 = t[(e - 3) & 15];
+	if (c1 == '}' && c2 != '"')
+		return 1;
+	if (c1 == ']' && c2 == '}' && c3 == '"')
+		return 1;
+	return c1 >= '0' && c1 <= '9' && c2 >= '0' && c2 <= '9' && c3 >= '0' && c3 <= '9';
+}
+
+/* tail_flags reads the last 16 bytes before end (of a buffer holding at
+ * least 16 of the write's bytes, at most used of them): a chunked
+ * terminator after the last chunk's CRLF ends the response (and the write
+ * carried data); an event that may end the stream sends the write's end
+ * to user space. */
+static __always_inline __u8 tail_flags(const struct sock *sk, const struct stream_state *st, const char *end,
+				       __u64 used, __u64 total)
+{
+	char t[16];
+	if (bpf_probe_read_user(t, sizeof(t), end - 16))
 		return WRITE_PEEKED;
-	if (t[1] == '\r' && t[2] == '\n' && t[3] == '0' && t[4] == '\r' && t[5] == '\n' && t[6] == '\r' && t[7] == '\n')
+	if (t[9] == '\r' && t[10] == '\n' && t[11] == '0' && t[12] == '\r' && t[13] == '\n' && t[14] == '\r' &&
+	    t[15] == '\n')
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+	if (ends_stream_event(t))
+		send_body(sk, st, TW_BODY_TAIL, end - used, used, total, 1);
 	return WRITE_PEEKED;
 }
 
 /* body_flags classifies a body write of ret bytes at the least cost. A
  * short write (where terminators and [DONE] events are: up to 32 bytes)
- * is read whole. Of a longer one only the last 8 bytes are read, for a
- * terminator written after the last chunk: straight from the buffer the
- * syscall names (write, sendto: no other read), or from the last buffer
- * of a gathered write. A token chunk costs one 8-byte read. */
-static __always_inline __u8 body_flags(__u64 ret)
+ * is read whole. Of a longer one only the last 16 bytes are read: straight
+ * from the buffer the syscall names (write, sendto: no other read), or
+ * from the last buffer of a gathered write that holds data (not just the
+ * CRLF after a chunk's data). The first body write's start goes to user
+ * space too (the first event: the response's model and id). */
+static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret)
 {
 	struct user_io io;
 	if (ret <= 32) {
 		if (syscall_io(&io))
 			return 0;
+		if (st->chunks == 0)
+			send_body(sk, st, TW_BODY_FIRST, io.iov[0].iov_base, io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret,
+				  ret, 0);
 		return sent_flags(&io, ret);
 	}
 	struct syscall_args a;
 	if (syscall_args(&a))
 		return 0;
-	if (a.nr == NR_WRITE || a.nr == NR_SENDTO)
-		return ends_chunked((const char *)a.arg1 + ret);
+	if (a.nr == NR_WRITE || a.nr == NR_SENDTO) {
+		if (st->chunks == 0)
+			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0);
+		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
+	}
 	if (syscall_io_of(&a, &io))
 		return 0;
-	/* The buffer holding the write's last byte, and how much of it went. */
-	const char *base = NULL;
-	__u64 used = 0, left = ret;
+	/* The buffers holding the write's last byte, and the one before. */
+	const char *base = NULL, *prev = NULL;
+	__u64 used = 0, prev_len = 0, left = ret;
 	for (int i = 0; i < MAX_IOV; i++) {
 		if (i >= io.nr)
 			break;
@@ -288,18 +382,24 @@ static __always_inline __u8 body_flags(__u64 ret)
 			used = left;
 			break;
 		}
+		prev = io.iov[i].iov_base;
+		prev_len = len;
 		left -= len;
 	}
 	if (!base)
 		return WRITE_PEEKED;
-	if (used >= 8)
-		return ends_chunked(base + used);
+	if (st->chunks == 0)
+		send_body(sk, st, TW_BODY_FIRST, io.iov[0].iov_base, io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret, ret, 0);
 	if (used == 5) { /* the terminator in a buffer of its own, after the last chunk */
 		char t[5];
 		if (!bpf_probe_read_user(t, sizeof(t), base) && t[0] == '0' && t[1] == '\r' && t[2] == '\n' &&
 		    t[3] == '\r' && t[4] == '\n')
 			return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 	}
+	if (used >= 16)
+		return tail_flags(sk, st, base + used, used, ret);
+	if (used <= 2 && prev && prev_len >= 16) /* a chunk's data, then its CRLF */
+		return tail_flags(sk, st, prev + prev_len, prev_len, ret);
 	return WRITE_PEEKED;
 }
 
@@ -310,7 +410,7 @@ static __always_inline __u8 body_flags(__u64 ret)
 static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (st->state == TW_ST_RESPONSE)
-		return body_flags(ret);
+		return body_flags(sk, st, ret);
 	struct user_io io;
 	if (syscall_io(&io))
 		return 0;

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type StreamPayloadBuf struct {
+	_    structs.HostLayout
+	H    StreamStreamPayload
+	Data [4096]uint8
+}
+
 type StreamPendingCall struct {
 	_     structs.HostLayout
 	Sk    uint64
@@ -39,7 +45,6 @@ type StreamStreamPayload struct {
 	Pid    uint32
 	Pad    uint32
 	Comm   [16]int8
-	Data   [512]uint8
 }
 
 type StreamStreamState struct {
@@ -87,6 +92,13 @@ type StreamStreamStats struct {
 	HeadBytes    uint32
 	Ep           StreamTwEndpoints
 }
+
+type StreamTwBodyFlag uint32
+
+const (
+	StreamTwBodyFlagTW_BODY_FIRST StreamTwBodyFlag = 1
+	StreamTwBodyFlagTW_BODY_TAIL  StreamTwBodyFlag = 2
+)
 
 type StreamTwEndReason uint32
 
@@ -137,6 +149,7 @@ const (
 	StreamTwStreamRecordTW_REC_PROGRESS StreamTwStreamRecord = 3
 	StreamTwStreamRecordTW_REC_END      StreamTwStreamRecord = 4
 	StreamTwStreamRecordTW_REC_CHUNK    StreamTwStreamRecord = 5
+	StreamTwStreamRecordTW_REC_BODY     StreamTwStreamRecord = 6
 )
 
 type StreamTwStreamState uint32
@@ -151,6 +164,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	StreamMapTwStBuf               = "tw_st_buf"
 	StreamMapTwStCalls             = "tw_st_calls"
 	StreamMapTwStCounters          = "tw_st_counters"
 	StreamMapTwStEvents            = "tw_st_events"
@@ -190,10 +204,12 @@ const (
 	StreamVarPortsInMap            = "ports_in_map"
 	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
 	StreamVarRegsFromBtf           = "regs_from_btf"
+	StreamVarRequestCaptureMax     = "request_capture_max"
 	StreamVarStackRegsOffset       = "stack_regs_offset"
 	StreamVarStateInSk             = "state_in_sk"
 	StreamVarUnusedStreamPayload   = "unused_stream_payload"
 	StreamVarUnusedStreamStats     = "unused_stream_stats"
+	StreamVarUnusedTwBodyFlag      = "unused_tw_body_flag"
 	StreamVarUnusedTwEndReason     = "unused_tw_end_reason"
 	StreamVarUnusedTwResponseFlag  = "unused_tw_response_flag"
 	StreamVarUnusedTwStreamCounter = "unused_tw_stream_counter"
@@ -275,6 +291,7 @@ type StreamProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type StreamMapSpecs struct {
+	TwStBuf      *ebpf.MapSpec `ebpf:"tw_st_buf"`
 	TwStCalls    *ebpf.MapSpec `ebpf:"tw_st_calls"`
 	TwStCounters *ebpf.MapSpec `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.MapSpec `ebpf:"tw_st_events"`
@@ -296,10 +313,12 @@ type StreamVariableSpecs struct {
 	PortsInMap            *ebpf.VariableSpec `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
 	RegsFromBtf           *ebpf.VariableSpec `ebpf:"regs_from_btf"`
+	RequestCaptureMax     *ebpf.VariableSpec `ebpf:"request_capture_max"`
 	StackRegsOffset       *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.VariableSpec `ebpf:"state_in_sk"`
 	UnusedStreamPayload   *ebpf.VariableSpec `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.VariableSpec `ebpf:"unused_stream_stats"`
+	UnusedTwBodyFlag      *ebpf.VariableSpec `ebpf:"unused_tw_body_flag"`
 	UnusedTwEndReason     *ebpf.VariableSpec `ebpf:"unused_tw_end_reason"`
 	UnusedTwResponseFlag  *ebpf.VariableSpec `ebpf:"unused_tw_response_flag"`
 	UnusedTwStreamCounter *ebpf.VariableSpec `ebpf:"unused_tw_stream_counter"`
@@ -329,6 +348,7 @@ func (o *StreamObjects) Close() error {
 //
 // It can be passed to LoadStreamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type StreamMaps struct {
+	TwStBuf      *ebpf.Map `ebpf:"tw_st_buf"`
 	TwStCalls    *ebpf.Map `ebpf:"tw_st_calls"`
 	TwStCounters *ebpf.Map `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.Map `ebpf:"tw_st_events"`
@@ -340,6 +360,7 @@ type StreamMaps struct {
 
 func (m *StreamMaps) Close() error {
 	return _StreamClose(
+		m.TwStBuf,
 		m.TwStCalls,
 		m.TwStCounters,
 		m.TwStEvents,
@@ -362,10 +383,12 @@ type StreamVariables struct {
 	PortsInMap            *ebpf.Variable `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`
 	RegsFromBtf           *ebpf.Variable `ebpf:"regs_from_btf"`
+	RequestCaptureMax     *ebpf.Variable `ebpf:"request_capture_max"`
 	StackRegsOffset       *ebpf.Variable `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.Variable `ebpf:"state_in_sk"`
 	UnusedStreamPayload   *ebpf.Variable `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.Variable `ebpf:"unused_stream_stats"`
+	UnusedTwBodyFlag      *ebpf.Variable `ebpf:"unused_tw_body_flag"`
 	UnusedTwEndReason     *ebpf.Variable `ebpf:"unused_tw_end_reason"`
 	UnusedTwResponseFlag  *ebpf.Variable `ebpf:"unused_tw_response_flag"`
 	UnusedTwStreamCounter *ebpf.Variable `ebpf:"unused_tw_stream_counter"`

@@ -61,7 +61,8 @@ enum tw_counter {
  * Streams (stream.bpf.c)
  * ===================================================================== */
 
-#define TW_PEEK_MAX 512      /* bytes of a request segment or response head kept */
+#define TW_PEEK_MAX 512      /* bytes of a response head or body write a record carries */
+#define TW_REQ_SLICE 4096    /* bytes of a request a record carries */
 #define TW_GAP_BUCKETS 17    /* chunk-interval histogram: 16 bounds + overflow */
 
 /* Where a stream is in its life, per server socket. */
@@ -78,6 +79,13 @@ enum tw_stream_record {
 	TW_REC_PROGRESS = 3, /* chunk-interval counts so far, for long streams */
 	TW_REC_END = 4,      /* the stream ended */
 	TW_REC_CHUNK = 5,    /* one body chunk (only with chunk_records on) */
+	TW_REC_BODY = 6,     /* bytes of a body write: the first, or one that may end the stream */
+};
+
+/* Flags of a BODY record (in reason). */
+enum tw_body_flag {
+	TW_BODY_FIRST = 1 << 0, /* the start of the first body write */
+	TW_BODY_TAIL = 1 << 1,  /* the end of a write whose last bytes look like an event that ends a stream */
 };
 
 /* Why a stream ended. */
@@ -108,19 +116,20 @@ struct stream_key {
 	__u32 seq;
 	__u8 kind; /* enum tw_stream_record */
 	__u8 reason; /* enum tw_end_reason (END), flags (RESPONSE) */
-	__u16 len; /* valid bytes in data (REQUEST, RESPONSE) */
+	__u16 len; /* bytes of data after the record (REQUEST, RESPONSE, BODY) */
 };
 
-/* REQUEST and RESPONSE: bytes peeked from the socket. */
+/* REQUEST, RESPONSE and BODY: bytes of the application's buffers. The
+ * record is this header and id.len bytes after it, so a short request
+ * takes little room in the ring. */
 struct stream_payload {
 	struct stream_key id;
 	__u64 ts_ns;
-	__u32 offset; /* REQUEST: offset of data in the request */
-	__u32 total;  /* REQUEST: bytes read; RESPONSE: bytes of the write */
-	__u32 pid;    /* RESPONSE: the writing process (tgid) */
+	__u32 offset; /* REQUEST: offset of the bytes in the request; BODY: in the write */
+	__u32 total;  /* REQUEST: bytes read; RESPONSE, BODY: bytes of the write */
+	__u32 pid;    /* the reading or writing process (tgid) */
 	__u32 _pad;
 	char comm[16];
-	__u8 data[TW_PEEK_MAX];
 };
 
 /* PROGRESS, END and CHUNK. */

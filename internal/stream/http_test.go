@@ -187,7 +187,7 @@ func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 			readChunked(t, br)
 			readChunked(t, br)
 			ends := requireCompleted(t, rec.ends(t, 2), 2)
-			if ends[0].Stats.RequestTS > ends[1].Stats.RequestTS {
+			if ends[0].ID.Seq > ends[1].ID.Seq { // sent together, they share a request time
 				ends[0], ends[1] = ends[1], ends[0]
 			}
 			for i, e := range ends {

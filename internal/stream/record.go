@@ -19,6 +19,7 @@ const (
 	KindProgress = Kind(bpf.StreamTwStreamRecordTW_REC_PROGRESS)
 	KindEnd      = Kind(bpf.StreamTwStreamRecordTW_REC_END)
 	KindChunk    = Kind(bpf.StreamTwStreamRecordTW_REC_CHUNK)
+	KindBody     = Kind(bpf.StreamTwStreamRecordTW_REC_BODY)
 )
 
 // EndReason says why a stream ended.
@@ -55,8 +56,19 @@ func (r EndReason) String() string {
 	return "unknown"
 }
 
-// RespHTTP flags a response whose first write starts with "HTTP/1.".
-const RespHTTP = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
+// Flags of a Response record: its first write starts with "HTTP/1.", and
+// its head says the body is chunked.
+const (
+	RespHTTP    = uint8(bpf.StreamTwResponseFlagTW_RESP_HTTP)
+	RespChunked = uint8(bpf.StreamTwResponseFlagTW_RESP_CHUNKED)
+)
+
+// Flags of a Body record: the start of the first body write, or the end
+// of a write whose last bytes look like an event that ends a stream.
+const (
+	BodyFirst = uint8(bpf.StreamTwBodyFlagTW_BODY_FIRST)
+	BodyTail  = uint8(bpf.StreamTwBodyFlagTW_BODY_TAIL)
+)
 
 // ID identifies a stream: its socket, the generation of the socket's
 // state (a later connection at the same socket address has another) and
@@ -68,7 +80,7 @@ type ID struct {
 }
 
 // Record is one decoded record. Which fields are set depends on Kind;
-// Data aliases the Record's own buffer and is valid until the next Read.
+// Data aliases the raw record and is valid until the next Read.
 type Record struct {
 	Kind Kind
 	ID   ID
@@ -79,7 +91,7 @@ type Record struct {
 	Total  uint32 // Request: bytes read; Response: bytes of the first write
 	PID    uint32
 	Comm   [16]byte
-	Flags  uint8 // Response: RespHTTP
+	Flags  uint8 // Response: RespHTTP, RespChunked; Body: BodyFirst, BodyTail
 	Data   []byte
 
 	// Progress, End and Chunk.
@@ -87,7 +99,6 @@ type Record struct {
 	// End only.
 	Reason EndReason
 
-	buf [PeekMax]byte
 }
 
 // Stats is a stream's state as of a Progress, End or Chunk record. All
@@ -140,18 +151,16 @@ func Decode(raw []byte, rec *Record) error {
 	rec.Kind = Kind(key.Kind)
 	rec.ID = ID{Sock: key.Sock, Gen: key.Gen, Seq: key.Seq}
 	switch rec.Kind {
-	case KindRequest, KindResponse:
-		if len(raw) < payloadSize {
-			return fmt.Errorf("stream payload record of %d bytes, want %d", len(raw), payloadSize)
+	case KindRequest, KindResponse, KindBody:
+		if len(raw) < payloadSize+int(key.Len) {
+			return fmt.Errorf("stream payload record of %d bytes, want %d", len(raw), payloadSize+int(key.Len))
 		}
 		p := (*bpf.StreamStreamPayload)(unsafe.Pointer(&raw[0]))
-		n := min(int(key.Len), PeekMax)
 		rec.TS, rec.Offset, rec.Total, rec.PID, rec.Flags = p.TsNs, p.Offset, p.Total, p.Pid, key.Reason
 		for i, c := range p.Comm {
 			rec.Comm[i] = byte(c)
 		}
-		copy(rec.buf[:n], p.Data[:n])
-		rec.Data = rec.buf[:n]
+		rec.Data = raw[payloadSize : payloadSize+int(key.Len)]
 	case KindProgress, KindEnd, KindChunk:
 		if len(raw) < statsSize {
 			return fmt.Errorf("stream stats record of %d bytes, want %d", len(raw), statsSize)

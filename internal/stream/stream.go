@@ -7,6 +7,7 @@
 package stream
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -32,9 +33,12 @@ var DefaultGapBounds = []time.Duration{
 	500 * time.Millisecond, 750 * time.Millisecond, time.Second, 2500 * time.Millisecond,
 }
 
-// PeekMax is how many bytes of a request segment or response head a
-// record carries.
-const PeekMax = len(bpf.StreamStreamPayload{}.Data)
+// PeekMax is how many bytes of a response head or body write a record
+// carries at most (TW_PEEK_MAX in bpf/tokenwire.h).
+const PeekMax = 512
+
+// RequestSlice is how many bytes of a request a record carries at most.
+const RequestSlice = len(bpf.StreamPayloadBuf{}.Data)
 
 // Config says what to watch and how big to make it.
 type Config struct {
@@ -57,6 +61,10 @@ type Config struct {
 	// GapBounds are the chunk-interval histogram's upper bounds, ascending
 	// (GapBuckets-1 of them).
 	GapBounds []time.Duration
+
+	// RequestCaptureBytes is how much of each request (head and body) is
+	// sent to user space; 0 sends the first 1 KiB.
+	RequestCaptureBytes uint32
 
 	// stackRegs makes the programs find syscall registers on the task's
 	// kernel stack even where bpf_task_pt_regs exists (tests: the way
@@ -174,16 +182,17 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		copy(roPorts[:], cfg.Ports)
 	}
 	for name, v := range map[string]any{
-		"watch_ports":   roPorts,
-		"n_watch_ports": uint8(min(len(cfg.Ports), maxROPorts)),
-		"ports_in_map":  boolByte(inMap),
-		"coalesce_ns":   uint64(cfg.Coalesce),
-		"flush_ns":      uint64(cfg.FlushInterval),
-		"chunk_records": boolByte(cfg.ChunkRecords),
-		"gap_bounds_ns": bounds,
-		"wakeup_bytes":  probe.WakeupBytes(cfg.RingBufferBytes),
-		"regs_from_btf": boolByte(regsFromBTF() && !cfg.stackRegs),
-		"state_in_sk":   boolByte(inSocket),
+		"watch_ports":         roPorts,
+		"n_watch_ports":       uint8(min(len(cfg.Ports), maxROPorts)),
+		"ports_in_map":        boolByte(inMap),
+		"coalesce_ns":         uint64(cfg.Coalesce),
+		"flush_ns":            uint64(cfg.FlushInterval),
+		"chunk_records":       boolByte(cfg.ChunkRecords),
+		"gap_bounds_ns":       bounds,
+		"wakeup_bytes":        probe.WakeupBytes(cfg.RingBufferBytes),
+		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
+		"state_in_sk":         boolByte(inSocket),
+		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
 		// tcp_recvmsg's flags come after nonblock before Linux 5.19.
 		"recvmsg_flags_arg5": boolByte(recvArgs == 6),
 	} {
