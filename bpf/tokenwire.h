@@ -176,9 +176,10 @@ enum tw_xdp_action {
 
 /* Why the filter did it. */
 enum tw_xdp_reason {
-	TW_XDP_REASON_NONE = 0,  /* passed: nothing wrong with it */
-	TW_XDP_REASON_BLOCKLIST, /* source address in the blocklist */
-	TW_XDP_REASON_MALFORMED, /* headers truncated or inconsistent */
+	TW_XDP_REASON_NONE = 0,  /* passed: nothing wrong with it, not blocklisted */
+	TW_XDP_REASON_BLOCKLIST, /* dropped: source in the blocklist, not in the allowlist */
+	TW_XDP_REASON_MALFORMED, /* dropped: headers truncated or inconsistent */
+	TW_XDP_REASON_ALLOWLIST, /* passed: source in the blocklist, but the allowlist wins */
 	TW_XDP_REASON_MAX,
 };
 
@@ -198,16 +199,52 @@ struct tw_xdp_counter_value {
 	__u64 bytes;
 };
 
-/* Keys of the blocklist LPM tries: prefix length in bits, then the
- * address in network byte order (the layout BPF_MAP_TYPE_LPM_TRIE wants). */
-struct tw_xdp_lpm4_key {
-	__u32 prefixlen;
-	__u8 addr[4];
+/* Prefix tables (blocklist and allowlist, one per family): a bucketized
+ * cuckoo hash in an array map. Element 0 is the head, elements 1..mask+1
+ * the buckets. A prefix of length l is stored as its masked address and
+ * l + 1 (so an all-zero slot is empty) in one of two buckets, chosen by two
+ * multiply-shift hashes (the top bits of the key times an odd multiplier,
+ * the seed, which user space picks at random for each table; the top bits
+ * because a short prefix's key ends in many zero bits). A bucket's slots fill in order and never empty,
+ * and a key is in its second bucket only if its first is full. A lookup
+ * probes, for every length present (the head's bitmap, longest first),
+ * the first bucket of the masked source, and the second when the first is
+ * full. User space builds the whole table off to the side and swaps it
+ * in. */
+#define TW_XDP_BUCKET_SLOTS 4
+
+/* IPv4 slot: (masked address in host order) << 8 | (length + 1). */
+struct tw_xdp_bucket4 {
+	__u64 slot[TW_XDP_BUCKET_SLOTS];
 };
 
-struct tw_xdp_lpm6_key {
-	__u32 prefixlen;
-	__u8 addr[16];
+/* lens: bit i set when length 32 - i is present (bit 0 is /32, so the
+ * lowest set bit is the longest length). */
+struct tw_xdp_head4 {
+	__u64 seed[2];
+	__u32 mask;  /* buckets - 1; the bucket count is a power of two */
+	__u32 shift; /* 64 - log2(buckets), at most 63: the hash is the product's top bits */
+	__u64 lens;
+};
+
+/* IPv6 slot i: hi[i] and lo[i] are the masked address's two halves in
+ * host order, len[i] the length + 1 (0: empty). */
+struct tw_xdp_bucket6 {
+	__u64 hi[TW_XDP_BUCKET_SLOTS];
+	__u64 lo[TW_XDP_BUCKET_SLOTS];
+	__u8 len[TW_XDP_BUCKET_SLOTS];
+	__u8 _pad[4];
+};
+
+/* lens[0] bit i: length 128 - i; lens[1] bit i: length 64 - i; lens[2]
+ * bit 0: length 0. seed[0..1] hash to the first bucket, seed[2..3] to the
+ * second. */
+struct tw_xdp_head6 {
+	__u64 seed[4];
+	__u32 mask;
+	__u32 shift;
+	__u64 lens[3];
+	__u64 _pad2;
 };
 
 #endif

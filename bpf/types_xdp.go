@@ -9,13 +9,18 @@ package bpf
 // tw_xdp_counter_value).
 type XDPCounterValue = XdpFilterTwXdpCounterValue
 
-// XDPLPM4Key and XDPLPM6Key are the blocklist tries' keys: prefix length,
-// then the address in network byte order (struct tw_xdp_lpm4_key,
-// struct tw_xdp_lpm6_key).
+// Prefix table elements (tokenwire.h, "Prefix tables"): element 0 of a
+// table is a head, the others are buckets of XDPBucketSlots slots.
 type (
-	XDPLPM4Key = XdpFilterTwXdpLpm4Key
-	XDPLPM6Key = XdpFilterTwXdpLpm6Key
+	XDPBucket4 = XdpFilterTwXdpBucket4
+	XDPBucket6 = XdpFilterTwXdpBucket6
+	XDPHead4   = XdpFilterTwXdpHead4
+	XDPHead6   = XdpFilterTwXdpHead6
 )
+
+// XDPBucketSlots is TW_XDP_BUCKET_SLOTS, the slots per bucket (a #define,
+// so not in BTF; the bucket types' array lengths are its value).
+const XDPBucketSlots = len(XDPBucket4{}.Slot)
 
 // XDP actions (enum tw_xdp_action: the kernel's XDP_* return values).
 const (
@@ -29,6 +34,7 @@ const (
 	XDPReasonNone      = uint32(XdpFilterTwXdpReasonTW_XDP_REASON_NONE)
 	XDPReasonBlocklist = uint32(XdpFilterTwXdpReasonTW_XDP_REASON_BLOCKLIST)
 	XDPReasonMalformed = uint32(XdpFilterTwXdpReasonTW_XDP_REASON_MALFORMED)
+	XDPReasonAllowlist = uint32(XdpFilterTwXdpReasonTW_XDP_REASON_ALLOWLIST)
 	XDPReasonMax       = uint32(XdpFilterTwXdpReasonTW_XDP_REASON_MAX)
 )
 

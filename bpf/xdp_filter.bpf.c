@@ -21,8 +21,7 @@
  *       - total length is more than the bytes that follow, or less than
  *         IHL * 4.
  *     Trailing bytes after total length (Ethernet padding) are fine.
- *     Otherwise the source address is looked up: in the blocklist ->
- *     drop, blocklist; else pass.
+ *     Otherwise the source address is looked up (rule 6).
  *     Fragments: every fragment, first or not, carries the full IPv4
  *     header with the source address, and nothing here reads past the IP
  *     header, so every fragment gets the same checks and the same
@@ -31,10 +30,16 @@
  *  4. EtherType IPv6 (0x86dd) -> drop, malformed when fewer than 40 bytes
  *     follow, the version nibble is not 6, or the payload length is more
  *     than the bytes after the fixed header (0 is allowed: jumbograms).
- *     Otherwise the source address is looked up as for IPv4. Extension
+ *     Otherwise the source address is looked up (rule 6). Extension
  *     headers are not walked: the source is in the fixed header.
  *  5. Anything else (ARP, LLDP, 802.3 length fields, a third VLAN tag,
  *     ...) -> pass.
+ *  6. A source address in no blocklist prefix -> pass (reason none). One
+ *     in a blocklist prefix and in an allowlist prefix -> pass, reason
+ *     allowlist: the allowlist wins whatever the prefix lengths. One in a
+ *     blocklist prefix only -> drop, blocklist. The allowlist is looked at
+ *     only for blocklisted sources, so the allowlist reason counts exactly
+ *     the packets the allowlist saved from a drop.
  *
  * Malformed is decided before the blocklist: the fields of a broken header
  * are not trusted, so such a frame is counted as malformed whatever its
@@ -44,17 +49,26 @@
  * can make the program read outside the frame (the verifier enforces it).
  *
  * Maps:
- *  - tw_xdp_block4 / tw_xdp_block6: one-slot arrays of maps whose slot 0 is
- *    the current LPM trie (tw_xdp_lpm4 / tw_xdp_lpm6, created by user
- *    space). A reload builds a new trie and swaps the slot; the kernel
- *    waits for running programs (synchronize_rcu) before the update
- *    returns, so the switch is atomic and complete when user space hears
- *    of it.
+ *  - tw_xdp_block4 / tw_xdp_block6 and tw_xdp_allow4 / tw_xdp_allow6:
+ *    one-slot arrays of maps whose slot 0 is the current prefix table
+ *    (tokenwire.h, "Prefix tables"), created and filled by user space. A
+ *    reload builds a new table and swaps the slot; the kernel waits for
+ *    running programs (synchronize_rcu) before the update returns, so the
+ *    switch is atomic and complete when user space hears of it. A table
+ *    carries its own bitmap of lengths and its own hash seeds, so nothing
+ *    outside the swapped map can disagree with it.
  *  - tw_xdp_counters: per-CPU array, one slot per (action, reason), packets
  *    and bytes. One program instance (and one counter array) is loaded per
  *    interface, so counters are per interface without hashing ifindexes.
- * The hot path is two array lookups (inlined by the verifier), one trie
- * lookup for IP frames and two in-place adds: no timestamp, no upsert.
+ *
+ * Why hash tables and not an LPM trie: membership ("is the source in any
+ * prefix?") needs no longest match, and blocklists use few distinct
+ * lengths. Per length present, a lookup is a multiply, a shift and two
+ * bucket reads from an array whose lookups the verifier inlines (all
+ * tables of a kind have the template's size, so no BPF_F_INNER_MAP): about
+ * 1.5 ns per length here, against 60-110 ns for a trie walk at 65,536
+ * prefixes. The cost grows with the number of distinct lengths, not with
+ * the number of prefixes.
  */
 #include "vmlinux.h"
 #include "bpf_helpers.h"
@@ -74,40 +88,39 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Complete definitions in BTF (not forward declarations), which the inner
  * map definitions below need and bpf2go -type reads. */
-const struct tw_xdp_lpm4_key *unused_tw_xdp_lpm4_key __attribute__((unused));
-const struct tw_xdp_lpm6_key *unused_tw_xdp_lpm6_key __attribute__((unused));
+const struct tw_xdp_bucket4 *unused_tw_xdp_bucket4 __attribute__((unused));
+const struct tw_xdp_bucket6 *unused_tw_xdp_bucket6 __attribute__((unused));
 
-/* The blocklist tries. max_entries here is the default; user space creates
- * the real tries with the configured capacity. */
-struct lpm4 {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, struct tw_xdp_lpm4_key);
-	__type(value, __u8);
+/* The prefix tables. max_entries here is a placeholder: user space sets the
+ * template to the size derived from the configured capacity before
+ * loading, and creates every table with that size. */
+struct table4 {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tw_xdp_bucket4);
 };
 
-struct lpm6 {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, struct tw_xdp_lpm6_key);
-	__type(value, __u8);
+struct table6 {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tw_xdp_bucket6);
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__array(values, struct lpm4);
-} tw_xdp_block4 SEC(".maps");
+	__array(values, struct table4);
+} tw_xdp_block4 SEC(".maps"), tw_xdp_allow4 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__array(values, struct lpm6);
-} tw_xdp_block6 SEC(".maps");
+	__array(values, struct table6);
+} tw_xdp_block6 SEC(".maps"), tw_xdp_allow6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -120,33 +133,174 @@ struct {
 const enum tw_xdp_action *unused_tw_xdp_action __attribute__((unused));
 const enum tw_xdp_reason *unused_tw_xdp_reason __attribute__((unused));
 const enum tw_xdp_counter_slot *unused_tw_xdp_counter_slot __attribute__((unused));
+const struct tw_xdp_head4 *unused_tw_xdp_head4 __attribute__((unused));
+const struct tw_xdp_head6 *unused_tw_xdp_head6 __attribute__((unused));
+
+_Static_assert(sizeof(struct tw_xdp_head4) <= sizeof(struct tw_xdp_bucket4), "head4 must fit an element");
+_Static_assert(sizeof(struct tw_xdp_head6) <= sizeof(struct tw_xdp_bucket6), "head6 must fit an element");
 
 /* slot packs an (action, reason) verdict into a counter slot. */
 #define slot(action, reason) ((action) * TW_XDP_REASON_MAX + (reason))
 #define PASS slot(TW_XDP_ACTION_PASS, TW_XDP_REASON_NONE)
 #define DROP_BLOCKLIST slot(TW_XDP_ACTION_DROP, TW_XDP_REASON_BLOCKLIST)
 #define DROP_MALFORMED slot(TW_XDP_ACTION_DROP, TW_XDP_REASON_MALFORMED)
+#define PASS_ALLOWLIST slot(TW_XDP_ACTION_PASS, TW_XDP_REASON_ALLOWLIST)
 
-static __always_inline __u32 blocked4(const struct iphdr *ip)
+/* ctz64 returns the index of the lowest set bit of x (x != 0): de Bruijn
+ * multiplication, since BPF has no count-trailing-zeros instruction. */
+static const __u8 debruijn64[64] = {
+	0,  1,  2,  53, 3,  7,  54, 27, 4,  38, 41, 8,  34, 55, 48, 28,
+	62, 5,  39, 46, 44, 42, 22, 9,  24, 35, 59, 56, 49, 18, 29, 11,
+	63, 52, 6,  26, 37, 40, 33, 47, 61, 45, 43, 21, 23, 58, 17, 10,
+	51, 25, 36, 32, 60, 20, 57, 16, 50, 31, 19, 15, 30, 14, 13, 12,
+};
+
+static __always_inline __u32 ctz64(__u64 x)
 {
-	__u32 zero = 0;
-	void *trie = bpf_map_lookup_elem(&tw_xdp_block4, &zero);
-	if (!trie)
-		return 0; /* no trie installed yet: nothing is blocked */
-	struct tw_xdp_lpm4_key key = { .prefixlen = 32 };
-	__builtin_memcpy(key.addr, &ip->saddr, sizeof(key.addr));
-	return bpf_map_lookup_elem(trie, &key) != NULL;
+	return debruijn64[((x & -x) * 0x022fdd63cc95386dULL) >> 58];
 }
 
-static __always_inline __u32 blocked6(const struct ipv6hdr *ip6)
+/* hit4 probes the buckets of an IPv4 key. User space fills a bucket's
+ * slots in order and never empties one, and puts a key in its second
+ * bucket only when the first is full: a miss in a first bucket whose last
+ * slot is free is final, which spares most misses the second read. */
+static __always_inline int hit4(void *tbl, const struct tw_xdp_head4 *h, __u64 key)
+{
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		__u32 idx = 1 + (((key * h->seed[i]) >> (h->shift & 63)) & h->mask);
+		struct tw_xdp_bucket4 *b = bpf_map_lookup_elem(tbl, &idx);
+		if (!b)
+			return 0; /* the mask never exceeds the table; the verifier wants the check */
+		if (b->slot[0] == key || b->slot[1] == key || b->slot[2] == key || b->slot[3] == key)
+			return 1;
+		if (!b->slot[TW_XDP_BUCKET_SLOTS - 1])
+			return 0;
+	}
+	return 0;
+}
+
+/* in4 reports whether addr (host order) is in a prefix of the table:
+ * for every length present, longest first, the masked address is probed.
+ * The loop counter bounds the loop for the verifier; lens has at most 33
+ * bits. */
+static __always_inline int in4(void *tbl, __u32 addr)
 {
 	__u32 zero = 0;
-	void *trie = bpf_map_lookup_elem(&tw_xdp_block6, &zero);
-	if (!trie)
+	if (!tbl)
+		return 0; /* no table installed yet: nothing matches */
+	struct tw_xdp_head4 *h = bpf_map_lookup_elem(tbl, &zero);
+	if (!h)
 		return 0;
-	struct tw_xdp_lpm6_key key = { .prefixlen = 128 };
-	__builtin_memcpy(key.addr, &ip6->saddr, sizeof(key.addr));
-	return bpf_map_lookup_elem(trie, &key) != NULL;
+	__u64 lens = h->lens;
+	for (int i = 0; i < 33 && lens; i++) {
+		__u32 bit = ctz64(lens);
+		lens &= lens - 1;
+		if (bit > 32)
+			break; /* not set by user space; keeps the shift below in range */
+		__u32 len = 32 - bit;
+		__u32 masked = addr & (__u32)(~0ULL << bit);
+		if (hit4(tbl, h, ((__u64)masked << 8) | (len + 1)))
+			return 1;
+	}
+	return 0;
+}
+
+/* hit6 probes the buckets of an IPv6 key (hi, lo, len + 1). */
+static __always_inline int hit6(void *tbl, const struct tw_xdp_head6 *h, __u64 hi, __u64 lo, __u8 tag)
+{
+	__u64 lt = lo ^ tag;
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		__u32 idx = 1 + (((hi * h->seed[2 * i] + lt * h->seed[2 * i + 1]) >> (h->shift & 63)) & h->mask);
+		struct tw_xdp_bucket6 *b = bpf_map_lookup_elem(tbl, &idx);
+		if (!b)
+			return 0;
+#pragma unroll
+		for (int s = 0; s < TW_XDP_BUCKET_SLOTS; s++)
+			if (b->lo[s] == lo && b->hi[s] == hi && b->len[s] == tag)
+				return 1;
+		if (!b->len[TW_XDP_BUCKET_SLOTS - 1])
+			return 0; /* as in hit4 */
+	}
+	return 0;
+}
+
+/* in6 is in4 for IPv6: lens[0] holds lengths 128..65 (the low half is
+ * masked, the high half whole), lens[1] lengths 64..1 (the low half is
+ * zero), lens[2] length 0. */
+static __always_inline int in6(void *tbl, __u64 hi, __u64 lo)
+{
+	__u32 zero = 0;
+	if (!tbl)
+		return 0;
+	struct tw_xdp_head6 *h = bpf_map_lookup_elem(tbl, &zero);
+	if (!h)
+		return 0;
+	__u64 lens = h->lens[0];
+	for (int i = 0; i < 64 && lens; i++) {
+		__u32 bit = ctz64(lens) & 63;
+		lens &= lens - 1;
+		if (hit6(tbl, h, hi, lo & (~0ULL << bit), 128 - bit + 1))
+			return 1;
+	}
+	lens = h->lens[1];
+	for (int i = 0; i < 64 && lens; i++) {
+		__u32 bit = ctz64(lens) & 63;
+		lens &= lens - 1;
+		if (hit6(tbl, h, hi & (~0ULL << bit), 0, 64 - bit + 1))
+			return 1;
+	}
+	return (h->lens[2] & 1) && hit6(tbl, h, 0, 0, 1);
+}
+
+/* One global function per table: the verifier checks each once, on its
+ * own (scalar arguments, scalar result), instead of once per path into it
+ * (three VLAN depths, each with the allowlist behind a blocklist hit), and
+ * each map lookup instruction sees one map, which keeps the verifier's
+ * inlining of the table lookups. */
+__noinline int blocked4(__u32 addr)
+{
+	__u32 zero = 0;
+	return in4(bpf_map_lookup_elem(&tw_xdp_block4, &zero), addr);
+}
+
+__noinline int allowed4(__u32 addr)
+{
+	__u32 zero = 0;
+	return in4(bpf_map_lookup_elem(&tw_xdp_allow4, &zero), addr);
+}
+
+__noinline int blocked6(__u64 hi, __u64 lo)
+{
+	__u32 zero = 0;
+	return in6(bpf_map_lookup_elem(&tw_xdp_block6, &zero), hi, lo);
+}
+
+__noinline int allowed6(__u64 hi, __u64 lo)
+{
+	__u32 zero = 0;
+	return in6(bpf_map_lookup_elem(&tw_xdp_allow6, &zero), hi, lo);
+}
+
+static __always_inline __u32 verdict4(const struct iphdr *ip)
+{
+	__u32 a = bpf_ntohl(ip->saddr);
+	if (!blocked4(a))
+		return PASS;
+	return allowed4(a) ? PASS_ALLOWLIST : DROP_BLOCKLIST;
+}
+
+static __always_inline __u32 verdict6(const struct ipv6hdr *ip6)
+{
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, &ip6->saddr, 8);
+	__builtin_memcpy(&lo, (void *)&ip6->saddr + 8, 8);
+	hi = bpf_be64_to_cpu(hi);
+	lo = bpf_be64_to_cpu(lo);
+	if (!blocked6(hi, lo))
+		return PASS;
+	return allowed6(hi, lo) ? PASS_ALLOWLIST : DROP_BLOCKLIST;
 }
 
 /* classify returns the counter slot of the verdict for one frame. */
@@ -183,7 +337,7 @@ static __always_inline __u32 classify(void *data, void *data_end)
 		__u32 tot = bpf_ntohs(ip->tot_len);
 		if (hlen > avail || tot > avail || tot < hlen)
 			return DROP_MALFORMED;
-		return blocked4(ip) ? DROP_BLOCKLIST : PASS;
+		return verdict4(ip);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = cur;
@@ -194,7 +348,7 @@ static __always_inline __u32 classify(void *data, void *data_end)
 		__u32 avail = data_end - (void *)(ip6 + 1);
 		if (bpf_ntohs(ip6->payload_len) > avail)
 			return DROP_MALFORMED;
-		return blocked6(ip6) ? DROP_BLOCKLIST : PASS;
+		return verdict6(ip6);
 	}
 	return PASS;
 }

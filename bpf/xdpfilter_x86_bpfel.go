@@ -22,10 +22,23 @@ const (
 	XdpFilterTwXdpActionTW_XDP_ACTION_MAX     XdpFilterTwXdpAction = 3
 )
 
+type XdpFilterTwXdpBucket4 struct {
+	_    structs.HostLayout
+	Slot [4]uint64
+}
+
+type XdpFilterTwXdpBucket6 struct {
+	_   structs.HostLayout
+	Hi  [4]uint64
+	Lo  [4]uint64
+	Len [4]uint8
+	Pad [4]uint8
+}
+
 type XdpFilterTwXdpCounterSlot uint32
 
 const (
-	XdpFilterTwXdpCounterSlotTW_XDP_COUNTER_SLOTS XdpFilterTwXdpCounterSlot = 9
+	XdpFilterTwXdpCounterSlotTW_XDP_COUNTER_SLOTS XdpFilterTwXdpCounterSlot = 12
 )
 
 type XdpFilterTwXdpCounterValue struct {
@@ -34,16 +47,21 @@ type XdpFilterTwXdpCounterValue struct {
 	Bytes   uint64
 }
 
-type XdpFilterTwXdpLpm4Key struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	Addr      [4]uint8
+type XdpFilterTwXdpHead4 struct {
+	_     structs.HostLayout
+	Seed  [2]uint64
+	Mask  uint32
+	Shift uint32
+	Lens  uint64
 }
 
-type XdpFilterTwXdpLpm6Key struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	Addr      [16]uint8
+type XdpFilterTwXdpHead6 struct {
+	_     structs.HostLayout
+	Seed  [4]uint64
+	Mask  uint32
+	Shift uint32
+	Lens  [3]uint64
+	Pad2  uint64
 }
 
 type XdpFilterTwXdpReason uint32
@@ -52,21 +70,26 @@ const (
 	XdpFilterTwXdpReasonTW_XDP_REASON_NONE      XdpFilterTwXdpReason = 0
 	XdpFilterTwXdpReasonTW_XDP_REASON_BLOCKLIST XdpFilterTwXdpReason = 1
 	XdpFilterTwXdpReasonTW_XDP_REASON_MALFORMED XdpFilterTwXdpReason = 2
-	XdpFilterTwXdpReasonTW_XDP_REASON_MAX       XdpFilterTwXdpReason = 3
+	XdpFilterTwXdpReasonTW_XDP_REASON_ALLOWLIST XdpFilterTwXdpReason = 3
+	XdpFilterTwXdpReasonTW_XDP_REASON_MAX       XdpFilterTwXdpReason = 4
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	XdpFilterMapTwXdpAllow4            = "tw_xdp_allow4"
+	XdpFilterMapTwXdpAllow6            = "tw_xdp_allow6"
 	XdpFilterMapTwXdpBlock4            = "tw_xdp_block4"
 	XdpFilterMapTwXdpBlock6            = "tw_xdp_block6"
 	XdpFilterMapTwXdpCounters          = "tw_xdp_counters"
 	XdpFilterProgTwXdpFilter           = "tw_xdp_filter"
 	XdpFilterVarUnusedTwXdpAction      = "unused_tw_xdp_action"
+	XdpFilterVarUnusedTwXdpBucket4     = "unused_tw_xdp_bucket4"
+	XdpFilterVarUnusedTwXdpBucket6     = "unused_tw_xdp_bucket6"
 	XdpFilterVarUnusedTwXdpCounterSlot = "unused_tw_xdp_counter_slot"
-	XdpFilterVarUnusedTwXdpLpm4Key     = "unused_tw_xdp_lpm4_key"
-	XdpFilterVarUnusedTwXdpLpm6Key     = "unused_tw_xdp_lpm6_key"
+	XdpFilterVarUnusedTwXdpHead4       = "unused_tw_xdp_head4"
+	XdpFilterVarUnusedTwXdpHead6       = "unused_tw_xdp_head6"
 	XdpFilterVarUnusedTwXdpReason      = "unused_tw_xdp_reason"
 )
 
@@ -119,6 +142,8 @@ type XdpFilterProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type XdpFilterMapSpecs struct {
+	TwXdpAllow4   *ebpf.MapSpec `ebpf:"tw_xdp_allow4"`
+	TwXdpAllow6   *ebpf.MapSpec `ebpf:"tw_xdp_allow6"`
 	TwXdpBlock4   *ebpf.MapSpec `ebpf:"tw_xdp_block4"`
 	TwXdpBlock6   *ebpf.MapSpec `ebpf:"tw_xdp_block6"`
 	TwXdpCounters *ebpf.MapSpec `ebpf:"tw_xdp_counters"`
@@ -129,9 +154,11 @@ type XdpFilterMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type XdpFilterVariableSpecs struct {
 	UnusedTwXdpAction      *ebpf.VariableSpec `ebpf:"unused_tw_xdp_action"`
+	UnusedTwXdpBucket4     *ebpf.VariableSpec `ebpf:"unused_tw_xdp_bucket4"`
+	UnusedTwXdpBucket6     *ebpf.VariableSpec `ebpf:"unused_tw_xdp_bucket6"`
 	UnusedTwXdpCounterSlot *ebpf.VariableSpec `ebpf:"unused_tw_xdp_counter_slot"`
-	UnusedTwXdpLpm4Key     *ebpf.VariableSpec `ebpf:"unused_tw_xdp_lpm4_key"`
-	UnusedTwXdpLpm6Key     *ebpf.VariableSpec `ebpf:"unused_tw_xdp_lpm6_key"`
+	UnusedTwXdpHead4       *ebpf.VariableSpec `ebpf:"unused_tw_xdp_head4"`
+	UnusedTwXdpHead6       *ebpf.VariableSpec `ebpf:"unused_tw_xdp_head6"`
 	UnusedTwXdpReason      *ebpf.VariableSpec `ebpf:"unused_tw_xdp_reason"`
 }
 
@@ -155,6 +182,8 @@ func (o *XdpFilterObjects) Close() error {
 //
 // It can be passed to LoadXdpFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type XdpFilterMaps struct {
+	TwXdpAllow4   *ebpf.Map `ebpf:"tw_xdp_allow4"`
+	TwXdpAllow6   *ebpf.Map `ebpf:"tw_xdp_allow6"`
 	TwXdpBlock4   *ebpf.Map `ebpf:"tw_xdp_block4"`
 	TwXdpBlock6   *ebpf.Map `ebpf:"tw_xdp_block6"`
 	TwXdpCounters *ebpf.Map `ebpf:"tw_xdp_counters"`
@@ -162,6 +191,8 @@ type XdpFilterMaps struct {
 
 func (m *XdpFilterMaps) Close() error {
 	return _XdpFilterClose(
+		m.TwXdpAllow4,
+		m.TwXdpAllow6,
 		m.TwXdpBlock4,
 		m.TwXdpBlock6,
 		m.TwXdpCounters,
@@ -173,9 +204,11 @@ func (m *XdpFilterMaps) Close() error {
 // It can be passed to LoadXdpFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type XdpFilterVariables struct {
 	UnusedTwXdpAction      *ebpf.Variable `ebpf:"unused_tw_xdp_action"`
+	UnusedTwXdpBucket4     *ebpf.Variable `ebpf:"unused_tw_xdp_bucket4"`
+	UnusedTwXdpBucket6     *ebpf.Variable `ebpf:"unused_tw_xdp_bucket6"`
 	UnusedTwXdpCounterSlot *ebpf.Variable `ebpf:"unused_tw_xdp_counter_slot"`
-	UnusedTwXdpLpm4Key     *ebpf.Variable `ebpf:"unused_tw_xdp_lpm4_key"`
-	UnusedTwXdpLpm6Key     *ebpf.Variable `ebpf:"unused_tw_xdp_lpm6_key"`
+	UnusedTwXdpHead4       *ebpf.Variable `ebpf:"unused_tw_xdp_head4"`
+	UnusedTwXdpHead6       *ebpf.Variable `ebpf:"unused_tw_xdp_head6"`
 	UnusedTwXdpReason      *ebpf.Variable `ebpf:"unused_tw_xdp_reason"`
 }
 

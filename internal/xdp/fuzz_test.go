@@ -20,9 +20,13 @@ const randomFrames = 2000
 var (
 	edgeSources4 = addrs("203.0.113.0", "203.0.113.255", "203.0.112.255", "203.0.114.0",
 		"198.51.100.7", "198.51.100.6", "198.51.100.8", "198.51.100.9",
-		"192.0.2.127", "192.0.2.128", "192.0.2.255", "192.0.2.1", "0.0.0.0", "255.255.255.255")
+		"192.0.2.127", "192.0.2.128", "192.0.2.255", "192.0.2.1", "0.0.0.0", "255.255.255.255",
+		"203.0.113.199", "203.0.113.200", "203.0.113.207", "203.0.113.208",
+		"198.51.100.63", "198.51.100.64", "198.51.100.79", "198.51.100.80", "198.51.100.127")
 	edgeSources6 = addrs("2001:db8:bad::", "2001:db8:bad:ffff:ffff:ffff:ffff:ffff", "2001:db8:bac:ffff::1",
-		"2001:db8:bae::", "2001:db8::7", "2001:db8::6", "2001:db8::8", "::ffff:198.51.100.9", "::", "fe80::1")
+		"2001:db8:bae::", "2001:db8::7", "2001:db8::6", "2001:db8::8", "::ffff:198.51.100.9", "::", "fe80::1",
+		"2001:db8:bad:a11::", "2001:db8:bad:a11:ffff:ffff:ffff:ffff", "2001:db8:bad:a10:ffff:ffff:ffff:ffff",
+		"2001:db8:c0b::", "2001:db8:c0b:ffff:ffff:ffff:ffff:ffff", "2001:db8:c00::", "2001:db8:cff:ffff::1", "2001:db8:d00::")
 )
 
 func addrs(ss ...string) []netip.Addr {
@@ -41,8 +45,8 @@ func addrs(ss ...string) []netip.Addr {
 // TestSeedCorpusIsCurrent) and randomFrames structured pseudo-random
 // frames from a fixed seed.
 func FuzzClassify(f *testing.F) {
-	flt, inst := loadInstance(f, testBlocklist)
-	ref := referenceSet(f, flt)
+	flt, inst := loadInstanceCfg(f, testConfig())
+	ref := referenceLists(f, flt)
 	r := rand.New(rand.NewPCG(4, 2026))
 	for range randomFrames {
 		f.Add(randomFrame(r, edgeSources4, edgeSources6))
@@ -56,7 +60,7 @@ func FuzzClassify(f *testing.F) {
 		if len(frame) > maxTestFrame {
 			frame = frame[:maxTestFrame]
 		}
-		action, reason := referenceClassify(frame, ref.blocked)
+		action, reason := referenceClassify(frame, ref)
 		got, delta := runFrame(t, inst, frame)
 		if msg := verdictErr(frame, got, delta, action, reason); msg != "" {
 			t.Fatalf("kernel and reference disagree on the %d-byte frame\n% x\n%s", len(frame), frame, msg)
@@ -106,18 +110,23 @@ func TestSeedCorpusIsCurrent(t *testing.T) {
 // it stop producing some verdict, the differential test would silently
 // lose that branch.
 func TestRandomFramesCoverEveryVerdict(t *testing.T) {
-	ref := prefixSet{}
-	for _, s := range testBlocklist {
-		p, err := ParsePrefix(s)
-		if err != nil {
-			t.Fatal(err)
+	var ref refLists
+	for _, l := range []struct {
+		set     *prefixSet
+		entries []string
+	}{{&ref.block, testBlocklist}, {&ref.allow, testAllowlist}} {
+		for _, s := range l.entries {
+			p, err := ParsePrefix(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*l.set = append(*l.set, p)
 		}
-		ref = append(ref, p)
 	}
 	r := rand.New(rand.NewPCG(4, 2026))
 	seen := map[[2]uint32]int{}
 	for range randomFrames {
-		a, re := referenceClassify(randomFrame(r, edgeSources4, edgeSources6), ref.blocked)
+		a, re := referenceClassify(randomFrame(r, edgeSources4, edgeSources6), ref)
 		seen[[2]uint32{uint32(a), uint32(re)}]++
 	}
 	for _, v := range verdicts {

@@ -43,12 +43,26 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 // each bad entry by its index ("blocklist[2]: ..."), all bad entries at
 // once.
 func ParseCIDRs(entries []string) ([]netip.Prefix, error) {
+	return parseEntries("blocklist", entries, nil)
+}
+
+// entryCheck refuses an entry (written as text) that parses to a prefix
+// that may not be used; nil accepts everything.
+type entryCheck func(text string, p netip.Prefix) error
+
+// parseEntries parses configuration entries; key names the list in
+// errors ("allowlist[1]: ...").
+func parseEntries(key string, entries []string, check entryCheck) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(entries))
 	var errs []error
 	for i, e := range entries {
-		p, err := ParsePrefix(strings.TrimSpace(e))
+		e = strings.TrimSpace(e)
+		p, err := ParsePrefix(e)
+		if err == nil && check != nil {
+			err = check(e, p)
+		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("blocklist[%d]: %w", i, err))
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", key, i, err))
 			continue
 		}
 		out = append(out, p)
@@ -65,37 +79,67 @@ const maxLineErrors = 10
 // name is used in errors, which give the name and line of each bad entry
 // ("blocklist.txt:3: invalid CIDR ...").
 func ParseBlocklist(r io.Reader, name string) ([]netip.Prefix, error) {
+	res := parseLines(r, name, nil)
+	return res.prefixes, errors.Join(append(res.parseErrs, res.policyErrs...)...)
+}
+
+// parsed is what parseLines found: the good entries, the lines that are
+// not entries, the entries check refused, and the last non-blank line
+// (for the end marker).
+type parsed struct {
+	prefixes   []netip.Prefix
+	parseErrs  []error
+	policyErrs []error
+	lastLine   string
+}
+
+// parseLines is ParseBlocklist with a check of each entry (nil: none).
+// Each kind of error is bounded to maxLineErrors lines plus a count.
+func parseLines(r io.Reader, name string, check entryCheck) parsed {
 	var (
-		out  []netip.Prefix
-		errs []error
-		bad  int
+		res           parsed
+		nParse, nPols int
 	)
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
-		text := sc.Text()
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
+		raw := strings.TrimSpace(sc.Text())
+		if raw != "" {
+			res.lastLine = raw
 		}
-		text = strings.TrimSpace(text)
+		text := raw
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = strings.TrimSpace(text[:i])
+		}
 		if text == "" {
 			continue
 		}
 		p, err := ParsePrefix(text)
 		if err != nil {
-			if bad++; bad <= maxLineErrors {
-				errs = append(errs, fmt.Errorf("%s:%d: %w", name, line, err))
+			if nParse++; nParse <= maxLineErrors {
+				res.parseErrs = append(res.parseErrs, fmt.Errorf("%s:%d: %w", name, line, err))
 			}
 			continue
 		}
-		out = append(out, p)
+		if check != nil {
+			if err := check(text, p); err != nil {
+				if nPols++; nPols <= maxLineErrors {
+					res.policyErrs = append(res.policyErrs, fmt.Errorf("%s:%d: %w", name, line, err))
+				}
+				continue
+			}
+		}
+		res.prefixes = append(res.prefixes, p)
 	}
 	if err := sc.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		res.parseErrs = append(res.parseErrs, fmt.Errorf("%s: %w", name, err))
 	}
-	if bad > maxLineErrors {
-		errs = append(errs, fmt.Errorf("%s: %d more bad lines", name, bad-maxLineErrors))
+	if nParse > maxLineErrors {
+		res.parseErrs = append(res.parseErrs, fmt.Errorf("%s: %d more bad lines", name, nParse-maxLineErrors))
 	}
-	return out, errors.Join(errs...)
+	if nPols > maxLineErrors {
+		res.policyErrs = append(res.policyErrs, fmt.Errorf("%s: %d more refused prefixes", name, nPols-maxLineErrors))
+	}
+	return res
 }
 
 // ParseFile reads the blocklist file at path (see ParseBlocklist).

@@ -1,7 +1,6 @@
 package xdp
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -19,8 +18,27 @@ var testBlocklist = []string{
 	"198.51.100.7",
 	"192.0.2.128/25",
 	"::ffff:198.51.100.9",
+	"198.51.100.64/28",
 	"2001:db8:bad::/48",
 	"2001:db8::7",
+	"2001:db8:c0b::/48",
+}
+
+// testAllowlist wins over testBlocklist: prefixes narrower than a blocked
+// one (a hole in it), wider than one (which it cancels), and entries the
+// blocklist does not touch (their traffic is plain "none").
+var testAllowlist = []string{
+	"203.0.113.200/29",
+	"198.51.100.64/26",
+	"2001:db8:bad:a11::/64",
+	"2001:db8:c00::/40",
+	"192.0.2.1",
+	"2001:db8::1",
+}
+
+// testConfig is the configuration of the table and differential tests.
+func testConfig() Config {
+	return Config{Blocklist: testBlocklist, Allowlist: testAllowlist}
 }
 
 var (
@@ -41,8 +59,14 @@ const maxTestFrame = 1522
 // program instance for BPF_PROG_TEST_RUN. Both are closed when tb ends.
 func loadInstance(tb testing.TB, blocklist []string) (*Filter, *instance) {
 	tb.Helper()
+	return loadInstanceCfg(tb, Config{Blocklist: blocklist})
+}
+
+// loadInstanceCfg is loadInstance with a whole configuration.
+func loadInstanceCfg(tb testing.TB, cfg Config) (*Filter, *instance) {
+	tb.Helper()
 	bpftest.Require(tb)
-	f, err := newFilter(Config{Blocklist: blocklist})
+	f, err := newFilter(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -108,237 +132,39 @@ func fmtSlots(s slots) string {
 	return out + " }"
 }
 
-type frameCase struct {
-	name   string
-	frame  []byte
-	action Action
-	reason Reason
-}
-
-func pass(name string, frame []byte) frameCase {
-	return frameCase{name, frame, ActionPass, ReasonNone}
-}
-func blocked(name string, frame []byte) frameCase {
-	return frameCase{name, frame, ActionDrop, ReasonBlocklist}
-}
-func malformed(name string, frame []byte) frameCase {
-	return frameCase{name, frame, ActionDrop, ReasonMalformed}
-}
-
-// edit returns a copy of frame with fn applied to the bytes from off on.
-func edit(frame []byte, off int, fn func(b []byte)) []byte {
-	out := append([]byte{}, frame...)
-	fn(out[off:])
-	return out
-}
-
-func setIHL(ihl byte) func([]byte)   { return func(b []byte) { b[0] = b[0]&0xf0 | ihl } }
-func setVersion(v byte) func([]byte) { return func(b []byte) { b[0] = v<<4 | b[0]&0x0f } }
-func setTotal(n int) func([]byte) {
-	return func(b []byte) { binary.BigEndian.PutUint16(b[2:], uint16(n)) }
-}
-func setPayloadLen(n int) func([]byte) {
-	return func(b []byte) { binary.BigEndian.PutUint16(b[4:], uint16(n)) }
-}
-
-// frameCases lists a frame for every branch of the program. They are also
-// the fuzz test's seed corpus (TestSeedCorpusIsCurrent).
-func frameCases() []frameCase {
-	var (
-		v4      = ipv4(src4OK, dst4, 0, 18)
-		v4b     = ipv4(src4Blocked, dst4, 0, 18)
-		v4opt   = ipv4(src4OK, dst4, 12, 18)
-		v4optB  = ipv4(src4Blocked, dst4, 40, 18) // IHL 15
-		v6      = ipv6(src6OK, dst6, 18)
-		v6b     = ipv6(src6Blocked, dst6, 18)
-		qinq    = []uint16{tpidAD, tpidQ}
-		onlyQ   = []uint16{tpidQ}
-		cases   []frameCase
-		add     = func(c ...frameCase) { cases = append(cases, c...) }
-		mkv4    = func(src string) []byte { return ether(etIPv4, nil, ipv4(netip.MustParseAddr(src), dst4, 0, 18)) }
-		mkv6    = func(src string) []byte { return ether(etIPv6, nil, ipv6(netip.MustParseAddr(src), dst6, 18)) }
-		frag    = func(src netip.Addr, off uint16, more bool) []byte { return fragment(ipv4(src, dst4, 0, 64), off, more) }
-		big     = ether(etIPv4, qinq, ipv4(src4Blocked, dst4, 0, maxTestFrame-l2len(2)-28))
-		padded  = append(ether(etIPv4, nil, ipv4(src4OK, dst4, 0, 0)), make([]byte, 18)...)
-		paddedB = append(ether(etIPv4, nil, ipv4(src4Blocked, dst4, 0, 0)), make([]byte, 18)...)
-	)
-
-	// Plain IPv4 and IPv6, and the blocklist's edges.
-	add(
-		pass("ipv4", ether(etIPv4, nil, v4)),
-		blocked("ipv4 blocked /24", ether(etIPv4, nil, v4b)),
-		blocked("ipv4 blocked /24 first", mkv4("203.0.113.0")),
-		blocked("ipv4 blocked /24 last", mkv4("203.0.113.255")),
-		pass("ipv4 below /24", mkv4("203.0.112.255")),
-		pass("ipv4 above /24", mkv4("203.0.114.0")),
-		blocked("ipv4 blocked bare address", mkv4("198.51.100.7")),
-		pass("ipv4 next to bare address", mkv4("198.51.100.6")),
-		blocked("ipv4 blocked via ipv4-mapped entry", mkv4("198.51.100.9")),
-		blocked("ipv4 blocked /25 first", mkv4("192.0.2.128")),
-		pass("ipv4 below /25", mkv4("192.0.2.127")),
-		pass("ipv4 destination blocked, source not", ether(etIPv4, nil, ipv4(src4OK, src4Blocked, 0, 18))),
-		pass("ipv6", ether(etIPv6, nil, v6)),
-		blocked("ipv6 blocked /48", ether(etIPv6, nil, v6b)),
-		blocked("ipv6 blocked /48 last", mkv6("2001:db8:bad:ffff:ffff:ffff:ffff:ffff")),
-		pass("ipv6 above /48", mkv6("2001:db8:bae::")),
-		blocked("ipv6 blocked bare address", mkv6("2001:db8::7")),
-		pass("ipv6 next to bare address", mkv6("2001:db8::6")),
-		pass("ipv6 ipv4-mapped source is not the ipv4 entry", mkv6("::ffff:198.51.100.9")),
-		blocked("ipv6 blocked with fragment header", ether(etIPv6, nil, ipv6Frag(src6Blocked, dst6, 18))),
-		pass("ipv6 with fragment header", ether(etIPv6, nil, ipv6Frag(src6OK, dst6, 18))),
-		pass("ipv6 jumbo payload length 0", ether(etIPv6, nil, edit(v6, 0, setPayloadLen(0)))),
-		blocked("full-size frame", big),
-		pass("ipv4 with ethernet padding", padded),
-		blocked("ipv4 blocked with ethernet padding", paddedB),
-		pass("ipv6 with trailing bytes", append(ether(etIPv6, nil, v6), 1, 2, 3)),
-	)
-
-	// VLAN and QinQ.
-	add(
-		pass("802.1Q ipv4", ether(etIPv4, onlyQ, v4)),
-		blocked("802.1Q ipv4 blocked", ether(etIPv4, onlyQ, v4b)),
-		blocked("802.1ad ipv6 blocked", ether(etIPv6, []uint16{tpidAD}, v6b)),
-		pass("QinQ ipv4", ether(etIPv4, qinq, v4)),
-		blocked("QinQ ipv4 blocked", ether(etIPv4, qinq, v4b)),
-		pass("QinQ ipv6", ether(etIPv6, qinq, v6)),
-		blocked("QinQ ipv6 blocked", ether(etIPv6, qinq, v6b)),
-		blocked("802.1Q in 802.1Q ipv4 blocked", ether(etIPv4, []uint16{tpidQ, tpidQ}, v4b)),
-		blocked("802.1ad in 802.1ad ipv6 blocked", ether(etIPv6, []uint16{tpidAD, tpidAD}, v6b)),
-		pass("three tags: not parsed", ether(etIPv4, []uint16{tpidAD, tpidQ, tpidQ}, v4b)),
-		pass("0x9100 tag: not parsed", ether(etIPv4, []uint16{tpid9100}, v4b)),
-		malformed("QinQ ipv4 malformed", ether(etIPv4, qinq, edit(v4, 0, setIHL(4)))),
-		pass("QinQ arp", ether(etARP, qinq, arp(src4Blocked, dst4))),
-	)
-
-	// IPv4 options.
-	for _, n := range []int{4, 8, 20, 40} {
-		add(pass(fmt.Sprintf("ipv4 %d bytes of options", n), ether(etIPv4, nil, ipv4(src4OK, dst4, n, 10))))
-	}
-	add(
-		blocked("ipv4 IHL 15 blocked", ether(etIPv4, nil, v4optB)),
-		blocked("QinQ ipv4 IHL 15 blocked", ether(etIPv4, qinq, v4optB)),
-		// 40 bytes of options claimed; the frame ends after 20 of them.
-		malformed("ipv4 options cut short", ether(etIPv4, nil, edit(v4optB[:40], 0, setTotal(40)))),
-		// IHL 15 with exactly 60 header bytes and nothing else.
-		pass("ipv4 IHL 15, header only", ether(etIPv4, nil, edit(ipv4(src4OK, dst4, 40, 0)[:60], 0, setTotal(60)))),
-	)
-
-	// Bad IHL, version and lengths.
-	for ihl := range byte(5) {
-		add(malformed(fmt.Sprintf("ipv4 IHL %d", ihl), ether(etIPv4, nil, edit(v4b, 0, setIHL(ihl)))))
-	}
-	add(
-		malformed("ipv4 total length one past the frame", ether(etIPv4, nil, edit(v4, 0, setTotal(len(v4)+1)))),
-		malformed("ipv4 total length 65535", ether(etIPv4, nil, edit(v4b, 0, setTotal(65535)))),
-		pass("ipv4 total length one short of the frame", ether(etIPv4, nil, edit(v4, 0, setTotal(len(v4)-1)))),
-		pass("ipv4 total length equal to header", ether(etIPv4, nil, edit(v4, 0, setTotal(20)))),
-		malformed("ipv4 total length less than header", ether(etIPv4, nil, edit(v4, 0, setTotal(19)))),
-		malformed("ipv4 total length less than header with options", ether(etIPv4, nil, edit(v4opt, 0, setTotal(24)))),
-		malformed("ipv4 total length 0", ether(etIPv4, nil, edit(v4b, 0, setTotal(0)))),
-		malformed("ipv4 ethertype, version 6", ether(etIPv4, nil, v6)),
-		malformed("ipv4 ethertype, version 6 blocked", ether(etIPv4, nil, v6b)),
-		malformed("ipv4 ethertype, version 0", ether(etIPv4, nil, edit(v4, 0, setVersion(0)))),
-		malformed("ipv4 ethertype, version 15", ether(etIPv4, nil, edit(v4b, 0, setVersion(15)))),
-		malformed("ipv6 ethertype, version 4", ether(etIPv6, nil, append(append([]byte{}, v4b...), make([]byte, 20)...))),
-		malformed("ipv6 ethertype, version 0", ether(etIPv6, nil, edit(v6, 0, setVersion(0)))),
-		malformed("ipv6 payload length one past the frame", ether(etIPv6, nil, edit(v6b, 0, setPayloadLen(len(v6)-40+1)))),
-		pass("ipv6 payload length one short of the frame", ether(etIPv6, nil, edit(v6, 0, setPayloadLen(len(v6)-40-1)))),
-		malformed("ipv6 payload length 65535", ether(etIPv6, nil, edit(v6, 0, setPayloadLen(65535)))),
-	)
-
-	// Fragments: every one is checked against the blocklist.
-	add(
-		pass("ipv4 first fragment", ether(etIPv4, nil, frag(src4OK, 0, true))),
-		pass("ipv4 middle fragment", ether(etIPv4, nil, frag(src4OK, 185, true))),
-		pass("ipv4 last fragment", ether(etIPv4, nil, frag(src4OK, 370, false))),
-		blocked("ipv4 first fragment blocked", ether(etIPv4, nil, frag(src4Blocked, 0, true))),
-		blocked("ipv4 middle fragment blocked", ether(etIPv4, nil, frag(src4Blocked, 185, true))),
-		blocked("ipv4 last fragment blocked", ether(etIPv4, nil, frag(src4Blocked, 370, false))),
-		malformed("ipv4 fragment with bad IHL", ether(etIPv4, nil, edit(frag(src4OK, 185, true), 0, setIHL(3)))),
-	)
-
-	// Not IP.
-	add(
-		pass("arp", ether(etARP, nil, arp(src4OK, dst4))),
-		pass("arp from a blocked address", ether(etARP, nil, arp(src4Blocked, dst4))),
-		pass("lldp", ether(etLLDP, nil, make([]byte, 46))),
-		pass("802.3 length field", ether(0x002e, nil, make([]byte, 46))),
-		pass("ethernet header only, other ethertype", ether(etLLDP, nil, nil)),
-		pass("arp truncated (not parsed)", ether(etARP, nil, arp(src4OK, dst4)[:3])),
-	)
-
-	// Truncation at every length, header boundaries included: every cut
-	// of an IP frame loses bytes its headers claim.
-	for _, tc := range []struct {
-		name  string
-		frame []byte
-	}{
-		{"ipv4", ether(etIPv4, nil, v4)},
-		{"ipv4 options", ether(etIPv4, nil, v4opt)},
-		{"ipv4 IHL 15 blocked", ether(etIPv4, nil, v4optB)},
-		{"QinQ ipv4 options", ether(etIPv4, qinq, v4opt)},
-		{"802.1Q ipv4 blocked", ether(etIPv4, onlyQ, v4b)},
-		{"ipv6 blocked", ether(etIPv6, nil, v6b)},
-		{"QinQ ipv6", ether(etIPv6, qinq, v6)},
-	} {
-		boundaries := headerBoundaries(tc.frame)
-		for n := 14; n < len(tc.frame); n++ {
-			name := fmt.Sprintf("%s cut to %d bytes", tc.name, n)
-			if boundaries[n] {
-				name += " (header boundary)"
-			}
-			add(malformed(name, tc.frame[:n]))
-		}
-	}
-	return cases
-}
-
-// headerBoundaries returns the offsets where the headers of a
-// well-formed frame end: Ethernet, each tag, the fixed IP header, options.
-func headerBoundaries(frame []byte) map[int]bool {
-	b := map[int]bool{14: true}
-	off, et := 14, binary.BigEndian.Uint16(frame[12:])
-	for et == tpidQ || et == tpidAD {
-		et = binary.BigEndian.Uint16(frame[off+2:])
-		off += 4
-		b[off] = true
-	}
-	switch et {
-	case etIPv4:
-		b[off+20] = true
-		b[off+int(frame[off]&0xf)*4] = true
-		b[off+int(frame[off]&0xf)*4+8] = true // UDP
-	case etIPv6:
-		b[off+40] = true
-		b[off+48] = true // UDP
-	}
-	return b
-}
-
 // TestFrames runs every case through the kernel program and checks the
 // action, the exact counter deltas, and that the reference agrees.
 func TestFrames(t *testing.T) {
-	f, inst := loadInstance(t, testBlocklist)
-	ref := referenceSet(t, f)
+	f, inst := loadInstanceCfg(t, testConfig())
+	ref := referenceLists(t, f)
 	for _, tc := range frameCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			got, delta := runFrame(t, inst, tc.frame)
 			if msg := verdictErr(tc.frame, got, delta, tc.action, tc.reason); msg != "" {
 				t.Errorf("%d-byte frame % x\n%s", len(tc.frame), tc.frame, msg)
 			}
-			if a, r := referenceClassify(tc.frame, ref.blocked); a != tc.action || r != tc.reason {
+			if a, r := referenceClassify(tc.frame, ref); a != tc.action || r != tc.reason {
 				t.Errorf("reference: %s/%s, want %s/%s", a, r, tc.action, tc.reason)
 			}
 		})
 	}
 }
 
-// referenceSet is the reference classifier's view of f's blocklist.
-func referenceSet(tb testing.TB, f *Filter) prefixSet {
+// referenceLists is the reference classifier's view of f's lists: the
+// blocklist in force and the configured allowlist, parsed again.
+func referenceLists(tb testing.TB, f *Filter) refLists {
 	tb.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append(append(prefixSet{}, f.cur4...), f.cur6...)
+	lists := refLists{block: append(append(prefixSet{}, f.cur4...), f.cur6...)}
+	for _, s := range f.cfg.Allowlist {
+		p, err := ParsePrefix(s)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lists.allow = append(lists.allow, p)
+	}
+	return lists
 }
 
 // TestEmptyBlocklist: with nothing blocked, the blocklist lookups run and
@@ -360,16 +186,17 @@ func TestEmptyBlocklist(t *testing.T) {
 // TestCountersAccumulate: counts add up over many runs, per verdict, and
 // Counters reports them per interface.
 func TestCountersAccumulate(t *testing.T) {
-	f, inst := loadInstance(t, testBlocklist)
+	f, inst := loadInstanceCfg(t, testConfig())
 	okFrame := ether(etIPv4, nil, ipv4(src4OK, dst4, 0, 100))
 	badFrame := ether(etIPv6, nil, ipv6(src6Blocked, dst6, 7))
 	malFrame := ether(etIPv4, nil, edit(ipv4(src4OK, dst4, 0, 3), 0, setIHL(2)))
+	allowFrame := ether(etIPv6, nil, ipv6(netip.MustParseAddr("2001:db8:bad:a11::1"), dst6, 3))
 	const n = 100
 	for range n {
 		// One run per syscall: with Repeat > 1 a signal can interrupt the
 		// kernel's loop, and cilium/ebpf then starts it over, so the
 		// program may run more often than asked.
-		for _, fr := range [][]byte{okFrame, okFrame, okFrame, badFrame, malFrame} {
+		for _, fr := range [][]byte{okFrame, okFrame, okFrame, badFrame, malFrame, allowFrame, allowFrame} {
 			if _, err := inst.prog.Run(&ebpf.RunOptions{Data: fr}); err != nil {
 				t.Fatal(err)
 			}
@@ -383,6 +210,7 @@ func TestCountersAccumulate(t *testing.T) {
 		{"test", ActionPass, ReasonNone, 3 * n, 3 * n * uint64(len(okFrame))},
 		{"test", ActionDrop, ReasonBlocklist, n, n * uint64(len(badFrame))},
 		{"test", ActionDrop, ReasonMalformed, n, n * uint64(len(malFrame))},
+		{"test", ActionPass, ReasonAllowlist, 2 * n, 2 * n * uint64(len(allowFrame))},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Counters() = %+v\nwant %+v", got, want)

@@ -8,15 +8,18 @@ import (
 // referenceClassify is the filter's rules written again in Go, from the
 // rule list (xdp_filter.bpf.c's header comment), not from the C code: the
 // differential tests run every frame through both and fail on any
-// disagreement. blocked reports whether a source address is blocklisted.
-func referenceClassify(frame []byte, blocked func(netip.Addr) bool) (Action, Reason) {
+// disagreement. lists are the blocklist and the allowlist.
+func referenceClassify(frame []byte, lists refLists) (Action, Reason) {
 	malformed := func() (Action, Reason) { return ActionDrop, ReasonMalformed }
 	pass := func() (Action, Reason) { return ActionPass, ReasonNone }
-	verdict := func(src netip.Addr) (Action, Reason) {
-		if blocked(src) {
-			return ActionDrop, ReasonBlocklist
+	verdict := func(src netip.Addr) (Action, Reason) { // 6.
+		switch {
+		case !lists.block.contains(src):
+			return pass()
+		case lists.allow.contains(src):
+			return ActionPass, ReasonAllowlist
 		}
-		return pass()
+		return ActionDrop, ReasonBlocklist
 	}
 
 	// 1. Ethernet.
@@ -63,11 +66,15 @@ func referenceClassify(frame []byte, blocked func(netip.Addr) bool) (Action, Rea
 	return pass() // 5.
 }
 
-// prefixSet is the reference's blocklist: a linear scan, independent of
-// the kernel's LPM trie.
+// refLists are the reference's lists.
+type refLists struct{ block, allow prefixSet }
+
+// prefixSet is one list for the reference: a linear scan with
+// netip.Prefix.Contains, independent of the kernel's hash tables (no
+// masking, no keys, no lengths bitmap).
 type prefixSet []netip.Prefix
 
-func (s prefixSet) blocked(a netip.Addr) bool {
+func (s prefixSet) contains(a netip.Addr) bool {
 	for _, p := range s {
 		if p.Contains(a) {
 			return true

@@ -52,22 +52,17 @@ func TestReloadReplacesTheBlocklist(t *testing.T) {
 	expect(t, inst, "B after", fromB, ActionDrop, ReasonBlocklist)
 	expect(t, inst, "C after", fromC, ActionPass, ReasonNone)
 	expect(t, inst, "D after", fromD, ActionDrop, ReasonBlocklist)
-	if st := f.Stats(); st != (Stats{Entries4: 1, Entries6: 1, Reloads: 1}) {
+	if st := f.Stats(); st.Entries4 != 1 || st.Entries6 != 1 || st.Reloads != 1 || st.ReloadErrors != 0 {
 		t.Errorf("Stats() = %+v", st)
 	}
 
-	// Only IPv6 changes: the IPv4 trie in force is kept.
-	f.mu.Lock()
-	old4 := f.lpm4
-	f.mu.Unlock()
+	// Only IPv6 changes: the IPv4 table in force is kept.
+	old4 := f.block4.inner
 	if err := f.Reload(prefixes("198.51.100.0/24", "2001:db8:bad::/48")); err != nil {
 		t.Fatal(err)
 	}
-	f.mu.Lock()
-	kept := f.lpm4 == old4
-	f.mu.Unlock()
-	if !kept {
-		t.Error("the unchanged IPv4 trie was rebuilt")
+	if f.block4.inner != old4 {
+		t.Error("the unchanged IPv4 table was rebuilt")
 	}
 	expect(t, inst, "B still", fromB, ActionDrop, ReasonBlocklist)
 	expect(t, inst, "C again", fromC, ActionDrop, ReasonBlocklist)
@@ -94,15 +89,15 @@ func TestReloadOverCapacityKeepsTheOldList(t *testing.T) {
 	fromA := ether(etIPv4, nil, ipv4(netip.MustParseAddr("203.0.113.1"), dst4, 0, 10))
 
 	err = f.Reload(prefixes("192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5"))
-	if err == nil || !strings.Contains(err.Error(), "5 IPv4 prefixes, more than the capacity of 4") {
+	if err == nil || !strings.Contains(err.Error(), "5 distinct IPv4 prefixes, more than the capacity of 4") || FailureOf(err) != FailureCapacity {
 		t.Errorf("over capacity: %v", err)
 	}
 	err = f.Reload(prefixes("2001:db8::1", "2001:db8::2", "2001:db8::3"))
-	if err == nil || !strings.Contains(err.Error(), "3 IPv6 prefixes, more than the capacity of 2") {
+	if err == nil || !strings.Contains(err.Error(), "3 distinct IPv6 prefixes, more than the capacity of 2") || FailureOf(err) != FailureCapacity {
 		t.Errorf("over capacity: %v", err)
 	}
 	expect(t, inst, "old list still in force", fromA, ActionDrop, ReasonBlocklist)
-	if st := f.Stats(); st.ReloadErrors != 2 || st.Reloads != 0 || st.Entries4 != 1 {
+	if st := f.Stats(); st.ReloadErrors != 2 || st.ReloadErrorsByReason[FailureCapacity] != 2 || st.Reloads != 0 || st.Entries4 != 1 {
 		t.Errorf("Stats() = %+v", st)
 	}
 	// Exactly at capacity fits: duplicates and host bits do not count twice.
@@ -289,7 +284,7 @@ func TestNothingLeftLoaded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 2 programs; maps: 2 outer, 2 tries in force, 2 counter arrays.
+		// 2 programs; maps: 4 outer, 4 tables in force, 2 counter arrays.
 		if len(ours.Programs) != 2 {
 			t.Errorf("while open: %v", ours)
 		}
