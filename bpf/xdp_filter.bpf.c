@@ -68,7 +68,9 @@
  * tables of a kind have the template's size, so no BPF_F_INNER_MAP): about
  * 1.5 ns per length here, against 60-110 ns for a trie walk at 65,536
  * prefixes. The cost grows with the number of distinct lengths, not with
- * the number of prefixes.
+ * the number of prefixes; user space folds rare lengths into longer ones
+ * where the table has room (internal/xdp, expand.go), which bounds it for
+ * lists spread over many lengths.
  */
 #include "vmlinux.h"
 #include "bpf_helpers.h"
@@ -218,7 +220,7 @@ static __always_inline int hit6(void *tbl, const struct tw_xdp_head6 *h, __u64 h
 			return 0;
 #pragma unroll
 		for (int s = 0; s < TW_XDP_BUCKET_SLOTS; s++)
-			if (b->lo[s] == lo && b->hi[s] == hi && b->len[s] == tag)
+			if (b->hi[s] == hi && b->lo[s] == lo && b->len[s] == tag)
 				return 1;
 		if (!b->len[TW_XDP_BUCKET_SLOTS - 1])
 			return 0; /* as in hit4 */
@@ -283,12 +285,19 @@ __noinline int allowed6(__u64 hi, __u64 lo)
 	return in6(bpf_map_lookup_elem(&tw_xdp_allow6, &zero), hi, lo);
 }
 
+/* Whether the allowlist has IPv4 and IPv6 entries. User space sets them
+ * before loading; the allowlist does not change while the programs live,
+ * so for an empty one the verifier removes the lookup (a drop then costs
+ * no more than without an allowlist). */
+volatile const __u8 tw_xdp_allow4_used = 1;
+volatile const __u8 tw_xdp_allow6_used = 1;
+
 static __always_inline __u32 verdict4(const struct iphdr *ip)
 {
 	__u32 a = bpf_ntohl(ip->saddr);
 	if (!blocked4(a))
 		return PASS;
-	return allowed4(a) ? PASS_ALLOWLIST : DROP_BLOCKLIST;
+	return tw_xdp_allow4_used && allowed4(a) ? PASS_ALLOWLIST : DROP_BLOCKLIST;
 }
 
 static __always_inline __u32 verdict6(const struct ipv6hdr *ip6)
@@ -300,7 +309,7 @@ static __always_inline __u32 verdict6(const struct ipv6hdr *ip6)
 	lo = bpf_be64_to_cpu(lo);
 	if (!blocked6(hi, lo))
 		return PASS;
-	return allowed6(hi, lo) ? PASS_ALLOWLIST : DROP_BLOCKLIST;
+	return tw_xdp_allow6_used && allowed6(hi, lo) ? PASS_ALLOWLIST : DROP_BLOCKLIST;
 }
 
 /* classify returns the counter slot of the verdict for one frame. */

@@ -84,6 +84,8 @@ const (
 	XdpFilterMapTwXdpBlock6            = "tw_xdp_block6"
 	XdpFilterMapTwXdpCounters          = "tw_xdp_counters"
 	XdpFilterProgTwXdpFilter           = "tw_xdp_filter"
+	XdpFilterVarTwXdpAllow4Used        = "tw_xdp_allow4_used"
+	XdpFilterVarTwXdpAllow6Used        = "tw_xdp_allow6_used"
 	XdpFilterVarUnusedTwXdpAction      = "unused_tw_xdp_action"
 	XdpFilterVarUnusedTwXdpBucket4     = "unused_tw_xdp_bucket4"
 	XdpFilterVarUnusedTwXdpBucket6     = "unused_tw_xdp_bucket6"
@@ -153,6 +155,8 @@ type XdpFilterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type XdpFilterVariableSpecs struct {
+	TwXdpAllow4Used        *ebpf.VariableSpec `ebpf:"tw_xdp_allow4_used"`
+	TwXdpAllow6Used        *ebpf.VariableSpec `ebpf:"tw_xdp_allow6_used"`
 	UnusedTwXdpAction      *ebpf.VariableSpec `ebpf:"unused_tw_xdp_action"`
 	UnusedTwXdpBucket4     *ebpf.VariableSpec `ebpf:"unused_tw_xdp_bucket4"`
 	UnusedTwXdpBucket6     *ebpf.VariableSpec `ebpf:"unused_tw_xdp_bucket6"`
@@ -203,6 +207,8 @@ func (m *XdpFilterMaps) Close() error {
 //
 // It can be passed to LoadXdpFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type XdpFilterVariables struct {
+	TwXdpAllow4Used        *ebpf.Variable `ebpf:"tw_xdp_allow4_used"`
+	TwXdpAllow6Used        *ebpf.Variable `ebpf:"tw_xdp_allow6_used"`
 	UnusedTwXdpAction      *ebpf.Variable `ebpf:"unused_tw_xdp_action"`
 	UnusedTwXdpBucket4     *ebpf.Variable `ebpf:"unused_tw_xdp_bucket4"`
 	UnusedTwXdpBucket6     *ebpf.Variable `ebpf:"unused_tw_xdp_bucket6"`

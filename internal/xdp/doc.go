@@ -34,7 +34,11 @@
 // match, blocklists use few distinct lengths, and the lookups are
 // multiply-shift hashes into arrays the verifier inlines: about 2-3 ns per
 // length present against 60-110 ns for an LPM trie walk at 65,536 prefixes.
-// The cost grows with the number of distinct lengths, not of prefixes.
+// The cost grows with the number of distinct lengths, not of prefixes, so
+// where the table has room the rare lengths are expanded into the next
+// longer one present (a /23 becomes two /24s), choosing the fewest lengths
+// that fit (expand.go). A lookup in the allowlist happens only for a
+// blocklisted source, and not at all when a family's allowlist is empty.
 //
 // # Counters per interface
 //

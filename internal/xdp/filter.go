@@ -112,6 +112,18 @@ func newFilter(cfg Config) (*Filter, error) {
 	if err != nil {
 		return nil, err
 	}
+	for name, used := range map[string]bool{
+		bpf.XdpFilterVarTwXdpAllow4Used: len(a4) > 0,
+		bpf.XdpFilterVarTwXdpAllow6Used: len(a6) > 0,
+	} {
+		var v uint8
+		if used {
+			v = 1
+		}
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("xdp: %s: %w", name, err)
+		}
+	}
 	f := &Filter{
 		cfg: cfg, log: cfg.Logger, spec: spec, policy: pol, static: static,
 		block4:     newSlot(spec, bpf.XdpFilterMapTwXdpBlock4, "tw_xdp_bl4", false, cfg.Capacity4),

@@ -109,13 +109,23 @@ func tableContents(tb testing.TB, s *tableSlot) []netip.Prefix {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
+	slices.SortFunc(out, comparePrefixes)
 	return out
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+func countLengths(ps []netip.Prefix) int {
+	seen := map[int]bool{}
+	for _, p := range ps {
+		seen[p.Bits()] = true
+	}
+	return len(seen)
 }
 
 func full4(tb testing.TB, m *ebpf.Map, bucket uint32) bool {
@@ -173,9 +183,17 @@ func TestTablesHoldTheList(t *testing.T) {
 		t.Fatal(err)
 	}
 	v4, v6 := normalize(list)
-	if got, want := blocklistInKernel(t, f), append(v4, v6...); !slices.Equal(got, want) {
+	e4 := expand(v4, expansionBudget(tableBuckets(capacity)))
+	e6 := expand(v6, expansionBudget(tableBuckets(capacity)))
+	checkExpansion(t, v4, e4)
+	checkExpansion(t, v6, e6)
+	want := append(e4, e6...)
+	slices.SortFunc(want, comparePrefixes)
+	if got := blocklistInKernel(t, f); !slices.Equal(got, want) {
 		t.Errorf("the kernel tables hold %d prefixes, want %d", len(got), len(want))
 	}
+	t.Logf("%d IPv4 prefixes over %d lengths, %d IPv6 over %d; in the tables: %d over %d, %d over %d",
+		len(v4), countLengths(v4), len(v6), countLengths(v6), len(e4), countLengths(e4), len(e6), countLengths(e6))
 }
 
 // TestTablesMatchReference is the differential test of the lookup itself,

@@ -31,9 +31,11 @@ func newSlot(spec *ebpf.CollectionSpec, outer, name string, v6 bool, capacity ui
 }
 
 // build creates a table holding prefixes (distinct, masked, of the slot's
-// family), off to the side: nothing reads it until swap.
+// family), expanded over fewer lengths where it has room (expand), off to
+// the side: nothing reads it until swap.
 func (s *tableSlot) build(prefixes []netip.Prefix) (*ebpf.Map, error) {
 	buckets := s.spec.MaxEntries - 1
+	prefixes = expand(prefixes, expansionBudget(buckets))
 	m, err := ebpf.NewMap(s.spec)
 	if err != nil {
 		return nil, fmt.Errorf("creating table %s: %w", s.name, err)
