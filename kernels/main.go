@@ -157,11 +157,14 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 		QemuVersion: QemuVersion(), QemuCommand: QemuCommandLine(),
 		Host: fmt.Sprintf("this machine: Linux %s, %d cores", hostRelease(), runtime.NumCPU()),
 		Jobs: o.jobs, Hooks: Hooks(), Rows: rows,
-		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs),
+		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), HookRunOnly: map[string][]string{},
 	}
 	m.Commit, m.Dirty = gitCommit()
 	for _, p := range pkgs {
 		m.Capabilities = append(m.Capabilities, p.Capability)
+		if only := hookRunOnly[p.Dir]; len(only) > 0 {
+			m.HookRunOnly[p.Dir] = only
+		}
 	}
 	m.WallSeconds = time.Since(start).Seconds()
 	m.Tally()

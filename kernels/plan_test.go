@@ -40,6 +40,12 @@ func TestBuildPlan(t *testing.T) {
 	if r := ids["kprobe/stream"]; r.SameAs != "" || r.SkipPattern() != "^(TestEveryHookType)$" {
 		t.Errorf("kprobe/stream: same as %q, skip %q", r.SameAs, r.SkipPattern())
 	}
+	if r := ids["kprobe/receiver"]; r.RunPattern() != "^(TestHandshakeMetricsAreExact|TestStreamMetricsAndSpans|TestShutdownReportsEveryEndedStream)$" {
+		t.Errorf("kprobe/receiver runs %q", r.RunPattern())
+	}
+	if r := ids["default/receiver"]; r.RunPattern() != "" {
+		t.Errorf("default/receiver runs %q, want every test", r.RunPattern())
+	}
 	if _, ok := ids["tp_btf/xdp"]; ok {
 		t.Error("xdp runs per hook type")
 	}

@@ -57,7 +57,8 @@ func sampleMatrix(t *testing.T) *Matrix {
 	// A guest that never booted.
 	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: []Line{{Text: "Kernel panic - not syncing: VFS"}}, Wall: time.Second}, time.Hour)
 	m := &Matrix{Date: "2026-11-30T00:00:00Z", Commit: "abc", Hooks: Hooks(), Capabilities: []string{"stream", "xdp"},
-		Rows: []Row{guest, dead}, Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), Jobs: 2}
+		Rows: []Row{guest, dead}, Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), Jobs: 2,
+		HookRunOnly: map[string][]string{"receiver/tokenwirereceiver": {"TestA", "TestB"}}}
 	m.Tally()
 	return m
 }
@@ -102,6 +103,7 @@ func TestReport(t *testing.T) {
 		"| internal/xdp | TestVethDropsBlocklistedSources |",
 		"| internal/stream | TestEveryHookType |",
 		"| kprobe/stream | 8.0 | - |",
+		"The forced-hook runs of receiver/tokenwirereceiver take only TestA, TestB; its other tests run in the default run",
 	} {
 		if !strings.Contains(flat, squeeze(want)) {
 			t.Errorf("matrix.md lacks %q:\n%s", want, md)

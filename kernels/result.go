@@ -23,6 +23,7 @@ type RunResult struct {
 	Failed     int          `json:"failed"`
 	Skipped    int          `json:"skipped"`
 	Excluded   []string     `json:"excluded,omitempty"` // top-level tests left out with -test.skip
+	Only       []string     `json:"only,omitempty"`     // the tests the run was limited to (-test.run)
 	Seconds    float64      `json:"seconds"`
 	ExitCode   int          `json:"exit_code"`
 	Failures   []TestCase   `json:"failures,omitempty"`
@@ -44,6 +45,7 @@ func Judge(r Run, out *RunOutput, sessionProblem string) RunResult {
 	for _, s := range r.Skips {
 		res.Excluded = append(res.Excluded, s.Test)
 	}
+	res.Only = r.Only
 	if out == nil || !out.Begun {
 		res.Problem, res.Short = "not run", "not run"
 		if sessionProblem != "" {

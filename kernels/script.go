@@ -73,6 +73,9 @@ echo "$M kernel $(uname -r)"
 		}
 		args := []string{"run", shQuote(r.ID), shQuote(r.Pkg.Dir), shQuote(r.Pkg.Binary), shQuote(r.Hook),
 			fmt.Sprint(int(r.Timeout.Seconds()))}
+		if p := r.RunPattern(); p != "" {
+			args = append(args, shQuote("-test.run="+p))
+		}
 		if p := r.SkipPattern(); p != "" {
 			args = append(args, shQuote("-test.skip="+p))
 		}

@@ -52,6 +52,14 @@ func TestGuestSkipsMatchTheSources(t *testing.T) {
 			t.Errorf("hookRunSkips names %s.%s, which does not exist", s.Dir, s.Test)
 		}
 	}
+	for dir, names := range hookRunOnly {
+		tests, _ := toolNeeds(t, filepath.Join("..", dir))
+		for _, name := range names {
+			if !slices.Contains(tests, name) {
+				t.Errorf("hookRunOnly names %s.%s, which does not exist", dir, name)
+			}
+		}
+	}
 }
 
 // toolNeeds parses a package's test files and returns its top-level
