@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/tokenwire/tokenwire/bench/xdpnf/lpmfilter"
 	"github.com/tokenwire/tokenwire/internal/xdp"
 )
 
@@ -25,12 +26,38 @@ import (
 // are references: the full receive path with no filter (the UDP stack
 // then drops the packets for want of a socket), and the earliest drop
 // there is (a native XDP program that drops everything without parsing).
+// Every other variant drops the sender's address from a blocklist of
+// -entries prefixes (benchList): tokenwire's filter (native, generic), the
+// LPM-trie filter it replaced (xdp-lpm, native), iptables with one rule
+// per prefix in raw PREROUTING (legacy and nft backends: a linear chain),
+// iptables with one rule matching an ipset hash:net set, and nftables with
+// an interval set at netdev ingress and at ip prerouting (priority raw).
+// nft-ingress and nft-prerouting are single rules, so 1 entry only.
 var allVariants = []string{
+	"none", "xdp-drop-all", "xdp-native", "xdp-generic", "xdp-lpm",
+	"iptables-legacy-raw", "iptables-nft-raw", "iptables-ipset",
+	"nft-ingress", "nft-prerouting", "nft-set-ingress", "nft-set-prerouting",
+}
+
+// defaultVariants run without -variants.
+var defaultVariants = []string{
 	"none", "xdp-drop-all", "xdp-native", "xdp-generic",
 	"iptables-legacy-raw", "iptables-nft-raw", "nft-ingress", "nft-prerouting",
 }
 
-const nftTable = "twbench"
+// singleRule are the variants that hold one address, not a list.
+var singleRule = map[string]bool{"none": true, "xdp-drop-all": true, "nft-ingress": true, "nft-prerouting": true}
+
+// runsWith reports whether variant runs with a list of entries prefixes:
+// the references and the single rules only with 1.
+func runsWith(variant string, entries int) bool {
+	return entries == 1 || !singleRule[variant]
+}
+
+const (
+	nftTable  = "twbench"
+	ipsetName = "twb_bl"
+)
 
 // installed is a variant in force: count reads its drop counter and
 // removes it (or, for "none", reads the receive counter).
@@ -38,9 +65,10 @@ type installed struct {
 	count func() (uint64, error)
 }
 
-// install puts the variant's drop in place inside twb-rcv. children are
-// recorded with track so that a signal can end them.
-func install(self, variant string, track func(*exec.Cmd, bool)) (installed, error) {
+// install puts the variant's drop of a list of entries prefixes in place
+// inside twb-rcv. children are recorded with track so that a signal can end
+// them.
+func install(self, variant string, entries int, track func(*exec.Cmd, bool)) (installed, error) {
 	switch variant {
 	case "none":
 		before, err := readLinkStats(nsRcv, ifRcv)
@@ -51,28 +79,14 @@ func install(self, variant string, track func(*exec.Cmd, bool)) (installed, erro
 			after, err := readLinkStats(nsRcv, ifRcv)
 			return after.RxPackets - before.RxPackets, err
 		}}, nil
-	case "xdp-native", "xdp-generic", "xdp-drop-all":
-		return startXDPChild(self, variant, track)
-	case "iptables-legacy-raw", "iptables-nft-raw":
-		bin := strings.TrimSuffix(variant, "-raw") // iptables-legacy or iptables-nft
-		rule := []string{"PREROUTING", "-s", ipSnd, "-j", "DROP"}
-		if _, err := inRcv(append([]string{bin, "-w", "-t", "raw", "-A"}, rule...)...); err != nil {
-			return installed{}, err
-		}
-		return installed{func() (uint64, error) {
-			out, err := inRcv(bin, "-w", "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n")
-			// Removed here; the namespace's deletion would catch a miss.
-			inRcv(append([]string{bin, "-w", "-t", "raw", "-D"}, rule...)...)
-			if err != nil {
-				return 0, err
-			}
-			for _, l := range strings.Split(out, "\n") {
-				if f := strings.Fields(l); len(f) > 3 && f[2] == "DROP" {
-					return strconv.ParseUint(f[0], 10, 64)
-				}
-			}
-			return 0, fmt.Errorf("no DROP rule in %q", out)
-		}}, nil
+	case "xdp-native", "xdp-generic", "xdp-drop-all", "xdp-lpm":
+		return startXDPChild(self, variant, entries, track)
+	case "iptables-legacy-raw", "iptables-nft-raw", "iptables-ipset":
+		return installIptables(variant, entries)
+	case "nft-set-ingress", "nft-set-prerouting":
+		ingress := variant == "nft-set-ingress"
+		family := map[bool]string{true: "netdev", false: "ip"}[ingress]
+		return installNft(family, nftSet(benchList(entries), ingress))
 	case "nft-ingress", "nft-prerouting":
 		family, rules := "ip", fmt.Sprintf(`table ip %s {
   chain pre { type filter hook prerouting priority raw; ip saddr %s counter drop; }
@@ -82,38 +96,100 @@ func install(self, variant string, track func(*exec.Cmd, bool)) (installed, erro
   chain in { type filter hook ingress device "%s" priority -500; ip saddr %s counter drop; }
 }`, nftTable, ifRcv, ipSnd)
 		}
-		f, err := os.CreateTemp("", "twb-nft-*.nft")
+		return installNft(family, rules+"\n")
+	}
+	return installed{}, fmt.Errorf("unknown variant %q", variant)
+}
+
+// installNft loads an nft script defining table nftTable of family, whose
+// rule's counter counts the drops.
+func installNft(family, script string) (installed, error) {
+	name, err := writeTemp("twb-nft-*.nft", script)
+	if err != nil {
+		return installed{}, err
+	}
+	defer os.Remove(name)
+	if _, err := inRcv("nft", "-f", name); err != nil {
+		return installed{}, err
+	}
+	return installed{func() (uint64, error) {
+		out, err := inRcv("nft", "list", "chain", family, nftTable, map[string]string{"ip": "pre", "netdev": "in"}[family])
+		// Removed here; the namespace's deletion would catch a miss.
+		inRcv("nft", "delete", "table", family, nftTable)
+		if err != nil {
+			return 0, err
+		}
+		m := regexp.MustCompile(`counter packets (\d+)`).FindStringSubmatch(out)
+		if m == nil {
+			return 0, fmt.Errorf("no counter in %q", out)
+		}
+		return strconv.ParseUint(m[1], 10, 64)
+	}}, nil
+}
+
+// installIptables puts a list of entries prefixes in raw PREROUTING: one
+// DROP rule per prefix (legacy or nft backend), or, for iptables-ipset,
+// one rule matching a hash:net set (legacy backend). The drops are the sum
+// of the DROP rules' packet counters.
+func installIptables(variant string, entries int) (installed, error) {
+	list := benchList(entries)
+	bin, script := "iptables-legacy", iptablesLinear(list)
+	switch variant {
+	case "iptables-nft-raw":
+		bin = "iptables-nft"
+	case "iptables-ipset":
+		set, err := writeTemp("twb-ipset-*", ipsetRestore(list))
 		if err != nil {
 			return installed{}, err
 		}
-		defer os.Remove(f.Name())
-		f.WriteString(rules + "\n")
-		f.Close()
-		if _, err := inRcv("nft", "-f", f.Name()); err != nil {
+		defer os.Remove(set)
+		if _, err := inRcv("ipset", "restore", "-file", set); err != nil {
 			return installed{}, err
 		}
-		return installed{func() (uint64, error) {
-			out, err := inRcv("nft", "list", "table", family, nftTable)
-			inRcv("nft", "delete", "table", family, nftTable)
-			if err != nil {
-				return 0, err
-			}
-			m := regexp.MustCompile(`counter packets (\d+)`).FindStringSubmatch(out)
-			if m == nil {
-				return 0, fmt.Errorf("no counter in %q", out)
-			}
-			return strconv.ParseUint(m[1], 10, 64)
-		}}, nil
+		script = "*raw\n-A PREROUTING -m set --match-set " + ipsetName + " src -j DROP\nCOMMIT\n"
 	}
-	return installed{}, fmt.Errorf("unknown variant %q", variant)
+	name, err := writeTemp("twb-ipt-*", script)
+	if err != nil {
+		return installed{}, err
+	}
+	defer os.Remove(name)
+	if _, err := inRcv("sh", "-c", bin+"-restore -w < "+name); err != nil {
+		return installed{}, err
+	}
+	return installed{func() (uint64, error) {
+		out, err := inRcv(bin, "-w", "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n")
+		// Removed here; the namespace's deletion would catch a miss.
+		inRcv(bin, "-w", "-t", "raw", "-F", "PREROUTING")
+		if variant == "iptables-ipset" {
+			inRcv("ipset", "destroy", ipsetName)
+		}
+		if err != nil {
+			return 0, err
+		}
+		var n uint64
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 3 && f[2] == "DROP" {
+				v, err := strconv.ParseUint(f[0], 10, 64)
+				if err != nil {
+					return 0, err
+				}
+				n, found = n+v, true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("no DROP rule in %q", out)
+		}
+		return n, nil
+	}}, nil
 }
 
 // startXDPChild runs "xdpnf xdp" inside twb-rcv: the program stays
 // attached while the child lives, and the child prints its drop count when
 // told to stop. A child that outlives us is killed (Pdeathsig), which
 // closes its link and detaches the program.
-func startXDPChild(self, variant string, track func(*exec.Cmd, bool)) (installed, error) {
-	cmd := exec.Command("ip", "netns", "exec", nsRcv, self, "xdp", "-variant", variant)
+func startXDPChild(self, variant string, entries int, track func(*exec.Cmd, bool)) (installed, error) {
+	cmd := exec.Command("ip", "netns", "exec", nsRcv, self, "xdp", "-variant", variant, "-entries", strconv.Itoa(entries))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -147,13 +223,21 @@ func startXDPChild(self, variant string, track func(*exec.Cmd, bool)) (installed
 // which detaches the program.
 func runXDP(args []string) error {
 	fs := flag.NewFlagSet("xdp", flag.ExitOnError)
-	variant := fs.String("variant", "xdp-native", "xdp-native, xdp-generic (tokenwire's filter) or xdp-drop-all")
+	variant := fs.String("variant", "xdp-native", "xdp-native, xdp-generic (tokenwire's filter), xdp-lpm (the LPM-trie filter it replaced) or xdp-drop-all")
+	entries := fs.Int("entries", 1, "blocklist size")
 	fs.Parse(args)
+	list := benchList(*entries)
 	var drops func() (uint64, error)
 	switch *variant {
 	case "xdp-native", "xdp-generic":
 		mode := strings.TrimPrefix(*variant, "xdp-")
-		f, err := xdp.Open(xdp.Config{Interfaces: []string{ifRcv}, Mode: mode, Blocklist: []string{ipSnd + "/32"}, WatchInterval: -1})
+		cidrs := make([]string, len(list))
+		for i, p := range list {
+			cidrs[i] = p.String()
+		}
+		capacity := uint32(max(*entries, xdp.DefaultCapacity))
+		f, err := xdp.Open(xdp.Config{Interfaces: []string{ifRcv}, Mode: mode, Blocklist: cidrs,
+			Capacity4: capacity, WatchInterval: -1})
 		if err != nil {
 			return err
 		}
@@ -168,6 +252,19 @@ func runXDP(args []string) error {
 			}
 			return n, err
 		}
+	case "xdp-lpm":
+		f, err := lpmfilter.Load(uint32(max(*entries, xdp.DefaultCapacity)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Fill(list); err != nil {
+			return err
+		}
+		if err := f.Attach(ifRcv); err != nil {
+			return err
+		}
+		drops = f.Drops
 	case "xdp-drop-all":
 		d, closeFn, err := attachDropAll(ifRcv)
 		if err != nil {

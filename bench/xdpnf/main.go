@@ -1,11 +1,15 @@
 // Command xdpnf compares dropping a flood of small UDP packets from a
-// blocklisted source with tokenwire's XDP filter (native and generic mode)
-// and with netfilter: an iptables raw PREROUTING DROP rule (legacy and nft
-// backends) and nftables drop rules at the netdev ingress hook and at ip
-// prerouting (priority raw). Two references frame them: "none" (no filter:
-// the full receive path up to the UDP stack) and "xdp-drop-all" (a native
-// XDP program that drops every frame unread: the earliest drop there is).
-// Variants run interleaved, repeated, in one run; medians are reported.
+// blocklisted source with tokenwire's XDP filter (native and generic mode),
+// with the LPM-trie filter it replaced (xdp-lpm) and with netfilter:
+// iptables raw PREROUTING with one DROP rule per prefix (legacy and nft
+// backends: a linear chain) or one rule matching an ipset hash:net set,
+// nftables with an interval set or a single rule at the netdev ingress
+// hook and at ip prerouting (priority raw). Each list variant runs with
+// blocklists of every -entries size. Two references frame them: "none"
+// (no filter: the full receive path up to the UDP stack) and
+// "xdp-drop-all" (a native XDP program that drops every frame unread).
+// Variants run interleaved, repeated, in one run; medians are reported,
+// with the range of the receive cost.
 //
 // Topology (created and removed by this program; nothing else is touched):
 //
@@ -30,26 +34,34 @@
 //     NAPI thread pinned to its own CPU (-rx-cpu): the whole receive path
 //     runs in that kernel thread, apart from the sender (-send-cpus), as a
 //     NIC's NAPI poll would; its CPU is the thread's exact run time
-//     (/proc/<pid>/schedstat);
+//     (/proc/<pid>/schedstat), reported with the packets per NAPI run and
+//     what else ran on that CPU;
 //   - inline: veth's default, the receive runs as a softirq on the
 //     sender's CPU; its CPU is that CPU's softirq time in /proc/stat
 //     (tick-sampled without CONFIG_IRQ_TIME_ACCOUNTING).
 //
-// The equal-CPU comparison is packets dropped per second of receive CPU.
-// Two references frame the filters: "none" and "xdp-drop-all", the
-// cheapest drop the receive path allows.
+// The receive CPU per packet includes whatever slows the receive thread
+// down: other processes on its CPU (cache and TLB misses after every
+// preemption, interrupts counted in its run time) move a whole run from
+// about 700 to 1,100-1,500 ns per packet on this VM whatever the variant.
+// Hence the interleaving, the min-max column, and -bpf-stats, which adds
+// the XDP programs' own run time (kernel.bpf_stats_enabled, restored after
+// the run).
 //
-// Needs root, iproute2, iptables and nftables (apt-get install iptables
-// nftables). Example:
+// Needs root, iproute2, iptables, ipset and nftables (apt-get install
+// iptables ipset nftables). Runs are bounded (-max-runtime refuses longer
+// plans; each flood is -duration); the namespaces, and with them every
+// rule, set and program, are removed on exit and on SIGINT, SIGTERM and
+// SIGHUP. Examples:
 //
 //	go build -o /tmp/xdpnf ./bench/xdpnf && /tmp/xdpnf -duration 3s -repeats 3 -outdir /tmp
+//	/tmp/xdpnf -rx napi -entries 1,10000,65536 -variants xdp-native,xdp-lpm,iptables-legacy-raw,iptables-ipset,nft-set-ingress,nft-set-prerouting -duration 2s -outdir /tmp
 //
-// Run with -h for the flags (CPUs, batch size, variants, receive paths).
+// Run with -h for the flags (CPUs, batch size, variants, sizes, receive
+// paths).
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,7 +71,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -67,7 +78,10 @@ import (
 var (
 	duration = flag.Duration("duration", 3*time.Second, "flood time per variant and repeat")
 	repeats  = flag.Int("repeats", 3, "repeats; the variant order rotates each repeat")
-	variants = flag.String("variants", strings.Join(allVariants, ","), "comma-separated variants")
+	variants = flag.String("variants", strings.Join(defaultVariants, ","), "comma-separated variants (known: "+strings.Join(allVariants, ",")+")")
+	entries  = flag.String("entries", "1", "comma-separated blocklist sizes; each list variant runs with each (none, xdp-drop-all, nft-ingress and nft-prerouting with 1 only)")
+	bpfStats = flag.Bool("bpf-stats", false, "turn kernel.bpf_stats_enabled on for the run (restored after) and report the XDP programs' own run time; it adds two clock reads to every XDP run")
+	maxRun   = flag.Duration("max-runtime", 10*time.Minute, "refuse a plan whose estimated run time is longer")
 	outDir   = flag.String("outdir", "bench/results", "where xdp-netfilter.csv and xdp-netfilter.md go")
 	txMode   = flag.String("tx", "ring", "sender: ring (PACKET_TX_RING, a batch of frames per syscall) or write (one write(2) per frame)")
 	rxModes  = flag.String("rx", "napi,inline", "receive paths to run, comma-separated: napi (GRO + threaded NAPI on its own CPU, receive CPU from that thread) and/or inline (veth default: receive in the sender's context, receive CPU from the softirq time of the sender's CPUs)")
@@ -107,59 +121,6 @@ orchestrate:
 	}
 }
 
-// children are the processes we started and have not reaped: a signal
-// kills them before the namespaces go.
-var children struct {
-	sync.Mutex
-	m map[*exec.Cmd]bool
-}
-
-func track(c *exec.Cmd, alive bool) {
-	children.Lock()
-	defer children.Unlock()
-	if children.m == nil {
-		children.m = map[*exec.Cmd]bool{}
-	}
-	if alive {
-		children.m[c] = true
-	} else {
-		delete(children.m, c)
-	}
-}
-
-var cleanupOnce sync.Once
-
-// cleanup ends our children (by pid) and deletes our namespaces, which
-// removes the veth pair, every rule and every program attached to it.
-func cleanup() {
-	cleanupOnce.Do(func() {
-		children.Lock()
-		var procs []*os.Process
-		for c := range children.m {
-			if c.Process != nil {
-				c.Process.Kill()
-				procs = append(procs, c.Process)
-			}
-		}
-		children.Unlock()
-		// Reap them (bounded), so none is left as a zombie when we exit;
-		// the goroutine that started one may be waiting for it too, and
-		// one of the two Waits then just fails.
-		done := make(chan struct{})
-		go func() {
-			for _, p := range procs {
-				p.Wait()
-			}
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-		}
-		teardown()
-	})
-}
-
 func orchestrate() error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root")
@@ -176,13 +137,33 @@ func orchestrate() error {
 			return fmt.Errorf("unknown variant %q (known: %s)", v, strings.Join(allVariants, ","))
 		}
 	}
+	sizes, err := parseSizes(*entries)
+	if err != nil {
+		return err
+	}
+	runs := 0
+	for _, n := range sizes {
+		for _, v := range vs {
+			if runsWith(v, n) {
+				runs++
+			}
+		}
+	}
+	runs *= *repeats * len(modes)
+	// Per run: the flood, the settle time and about 1.5 s of setup and
+	// teardown (2 s more for a list of 65,536 in iptables or nft).
+	estimate := time.Duration(runs) * (*duration + *settle + 2*time.Second)
+	if estimate > *maxRun {
+		return fmt.Errorf("%d runs, about %v: more than -max-runtime %v; fewer variants, sizes or repeats, or raise it", runs, estimate.Round(time.Second), *maxRun)
+	}
+	fmt.Fprintf(os.Stderr, "xdpnf: %d runs, about %v\n", runs, estimate.Round(time.Second))
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	for _, bin := range []string{"ip", "iptables-legacy", "iptables-nft", "nft"} {
+	for _, bin := range []string{"ip", "iptables-legacy", "iptables-nft", "nft", "ipset"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			return fmt.Errorf("%s not installed (apt-get install iproute2 iptables nftables)", bin)
+			return fmt.Errorf("%s not installed (apt-get install iproute2 iptables nftables ipset)", bin)
 		}
 	}
 	sig := make(chan os.Signal, 1)
@@ -194,6 +175,11 @@ func orchestrate() error {
 		os.Exit(1)
 	}()
 	defer cleanup()
+	if *bpfStats {
+		if err := enableBPFStats(); err != nil {
+			return fmt.Errorf("-bpf-stats: %w", err)
+		}
+	}
 
 	sendCPUList, err := parseCPUs(*sendCPUs)
 	if err != nil {
@@ -210,22 +196,40 @@ func orchestrate() error {
 			return err
 		}
 		for rep := range *repeats {
-			for k := range vs {
-				v := vs[(k+rep)%len(vs)]
-				r, err := runOne(self, t, ksoft, sendCPUList, v)
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", mode, v, err)
+			for _, n := range sizes {
+				for k := range vs {
+					v := vs[(k+rep)%len(vs)]
+					if !runsWith(v, n) {
+						continue
+					}
+					r, err := runOne(self, t, ksoft, sendCPUList, v, n)
+					if err != nil {
+						return fmt.Errorf("%s, %s, %d entries: %w", mode, v, n, err)
+					}
+					r.Repeat, r.RxPath = rep+1, mode
+					rows = append(rows, r)
+					d := r.derive()
+					fmt.Fprintf(os.Stderr, "xdpnf: %-6s repeat %d %-19s %6d entries: sent %7.0f/s dropped %.3f of sent; sender %.2f cores %4.0f ns/pkt; receive %.2f cores %4.0f ns/pkt, %5.1f pkts per NAPI run, rx CPU steal %.2f, others %.2f; program %s\n",
+						mode, r.Repeat, v, n, d.sentPPS, d.dropFrac, d.senderCores, d.senderNs, d.rxCores, d.rxNs, d.pktsPerRun, d.rxSteal, d.rxOthers, progCell(d))
 				}
-				r.Repeat, r.RxPath = rep+1, mode
-				rows = append(rows, r)
-				d := r.derive()
-				fmt.Fprintf(os.Stderr, "xdpnf: %-6s repeat %d %-20s sent %7.0f/s dropped %7.0f/s (%.3f of sent) sender %.2f cores %4.0f ns/pkt, receive %.2f cores %4.0f ns/pkt\n",
-					mode, r.Repeat, v, d.sentPPS, d.dropPPS, d.dropFrac, d.senderCores, d.senderNs, d.rxCores, d.rxNs)
 			}
 		}
 		teardown()
 	}
-	return write(rows, modes, vs)
+	return write(rows, modes, vs, sizes)
+}
+
+// parseSizes parses the -entries list.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1<<20 {
+			return nil, fmt.Errorf("-entries %q: %q is not a size between 1 and %d", s, f, 1<<20)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // parseCPUs parses a comma-separated CPU list.
@@ -239,112 +243,4 @@ func parseCPUs(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// result is one flood of one variant.
-type result struct {
-	Repeat      int
-	RxPath      string // napi or inline
-	Variant     string
-	Seconds     float64 // flood time, from the sender
-	Sent        uint64  // frames handed to the veth (sender's count)
-	VethDropped uint64  // frames the veth refused (twb-s tx_dropped): receiver full
-	Dropped     uint64  // by the variant's rule or program; for "none": received by twb-r
-	SenderCPUNs uint64  // sender threads' CPU time (inline: includes the receive softirqs they ran)
-	NapiCPUNs   uint64  // receive NAPI thread's CPU time (napi)
-	KsoftirqdNs uint64  // all ksoftirqd threads' CPU time
-	// SendCPUSoftirqJiffies is the /proc/stat softirq time of the sender's
-	// CPUs (tick-sampled): the inline receive path's CPU.
-	SendCPUSoftirqJiffies uint64
-	SoftirqCores          float64 // /proc/stat softirq, all CPUs (tick-sampled)
-	Syscalls              uint64
-}
-
-func runOne(self string, t *topo, ksoft, sendCPUList []int, variant string) (result, error) {
-	r := result{Variant: variant}
-	inst, err := install(self, variant, track)
-	if err != nil {
-		return r, err
-	}
-	counted := false
-	defer func() {
-		if !counted { // remove the variant even when the flood failed
-			inst.count()
-		}
-	}()
-	time.Sleep(*settle)
-	ls0, err := readLinkStats(nsSnd, ifSnd)
-	if err != nil {
-		return r, err
-	}
-
-	cmd := exec.Command("ip", "netns", "exec", nsSnd, self, "send", "-duration", duration.String(), "-dst-mac", t.rcvMAC,
-		"-tx", *txMode, "-cpus", *sendCPUs, "-batch", strconv.Itoa(*batch))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return r, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return r, err
-	}
-	if err := cmd.Start(); err != nil {
-		return r, err
-	}
-	track(cmd, true)
-	defer track(cmd, false)
-	// Bounded: a sender that hangs is killed well after its flood time.
-	timer := time.AfterFunc(*duration+30*time.Second, func() { cmd.Process.Kill() })
-	defer timer.Stop()
-	br := bufio.NewReader(stdout)
-	if l, err := br.ReadString('\n'); err != nil || strings.TrimSpace(l) != "ready" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return r, fmt.Errorf("sender: %q %v", l, err)
-	}
-	c0, err := snapshot(t.napiPID, ksoft)
-	if err != nil {
-		return r, err
-	}
-	fmt.Fprintln(stdin, "go")
-	var sr sendResult
-	derr := json.NewDecoder(br).Decode(&sr)
-	if werr := cmd.Wait(); werr != nil || derr != nil {
-		return r, fmt.Errorf("sender: %v %v", werr, derr)
-	}
-	// Let the receiver finish what is queued (a few hundred frames) before
-	// reading its CPU time and the counters.
-	time.Sleep(50 * time.Millisecond)
-	c1, err := snapshot(t.napiPID, ksoft)
-	if err != nil {
-		return r, err
-	}
-	ls1, err := readLinkStats(nsSnd, ifSnd)
-	if err != nil {
-		return r, err
-	}
-	counted = true
-	if r.Dropped, err = inst.count(); err != nil {
-		return r, err
-	}
-	r.Seconds, r.Sent, r.SenderCPUNs, r.Syscalls = sr.Seconds, sr.Sent, sr.CPUNs, sr.Syscalls
-	r.VethDropped = ls1.sub(ls0).TxDropped
-	r.NapiCPUNs = c1.napiNs - c0.napiNs
-	for _, cpu := range sendCPUList {
-		r.SendCPUSoftirqJiffies += c1.perCPU[cpu][6] - c0.perCPU[cpu][6]
-	}
-	r.KsoftirqdNs = c1.ksoftNs - c0.ksoftNs
-	r.SoftirqCores = softirqCores(c0, c1)
-	return r, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -229,25 +229,36 @@ func (a linkStats) sub(b linkStats) linkStats {
 
 // cpuSnap is what the machine's CPU accounting says at one instant.
 type cpuSnap struct {
-	at      time.Time
-	napiNs  uint64            // NAPI thread's sum_exec_runtime (schedstat)
-	ksoftNs uint64            // all ksoftirqd threads' runtime
-	perCPU  map[int][8]uint64 // /proc/stat jiffies: user nice system idle iowait irq softirq steal
+	at       time.Time
+	napiNs   uint64            // NAPI thread's sum_exec_runtime (schedstat)
+	napiRuns uint64            // and the times it was scheduled in
+	ksoftNs  uint64            // all ksoftirqd threads' runtime
+	perCPU   map[int][8]uint64 // /proc/stat jiffies: user nice system idle iowait irq softirq steal
 }
 
 // schedNs reads a task's total CPU time in ns from /proc/<pid>/schedstat
 // (exact, unlike tick-sampled utime/stime; without
 // CONFIG_IRQ_TIME_ACCOUNTING it includes interrupts that hit the task).
 func schedNs(pid int) (uint64, error) {
+	ns, _, err := schedstat(pid)
+	return ns, err
+}
+
+// schedstat reads a task's CPU time and the number of times it was
+// scheduled in (for a kernel thread that sleeps when idle, its wakeups).
+func schedstat(pid int) (ns, runs uint64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		return 0, fmt.Errorf("schedstat of %d: %q", pid, b)
+	if len(f) < 3 {
+		return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
 	}
-	return strconv.ParseUint(f[0], 10, 64)
+	if ns, err = strconv.ParseUint(f[0], 10, 64); err == nil {
+		runs, err = strconv.ParseUint(f[2], 10, 64)
+	}
+	return ns, runs, err
 }
 
 // ksoftirqdPIDs lists the ksoftirqd/N threads: when the softirq load is
@@ -266,7 +277,7 @@ func snapshot(napiPID int, ksoft []int) (cpuSnap, error) {
 	s := cpuSnap{at: time.Now(), perCPU: map[int][8]uint64{}}
 	var err error
 	if napiPID > 0 {
-		if s.napiNs, err = schedNs(napiPID); err != nil {
+		if s.napiNs, s.napiRuns, err = schedstat(napiPID); err != nil {
 			return s, err
 		}
 	}
