@@ -26,6 +26,11 @@ const (
 const (
 	DefaultCapacity      = 65536
 	DefaultWatchInterval = time.Second
+	// MaxCapacity bounds Capacity4 and Capacity6: the tables are arrays
+	// allocated whole at Open (16 and 36 bytes per unit of capacity,
+	// rounded up to a power of two, twice during a reload), so a capacity
+	// of 2^20 already takes 16 MiB (IPv4) and 36 MiB (IPv6).
+	MaxCapacity = 1 << 20
 	// DefaultMaxFileBytes bounds the blocklist file: a full list of
 	// 65,536 IPv4 and 65,536 IPv6 prefixes, one per line, is under 4 MiB,
 	// so 64 MiB leaves room for comments while refusing a file given by
@@ -66,10 +71,11 @@ type Config struct {
 	// source. It is set at Open and does not change.
 	Allowlist []string
 	// Capacity4 and Capacity6 bound the IPv4 and IPv6 blocklists in
-	// distinct prefixes (DefaultCapacity when 0). A blocklist that does
-	// not fit is refused as a whole, never truncated. Each family's table
-	// takes about 16 (IPv4) or 36 (IPv6) bytes of kernel memory per unit
-	// of capacity, rounded up to a power of two, twice during a reload.
+	// distinct prefixes (DefaultCapacity when 0, at most MaxCapacity). A
+	// blocklist that does not fit is refused as a whole, never truncated.
+	// Each family's table takes 16 (IPv4) or 36 (IPv6) bytes of kernel
+	// memory per unit of capacity, rounded up to a power of two, from
+	// Open on (1 and 2.25 MiB at the default), twice during a reload.
 	Capacity4, Capacity6 uint32
 	// MinPrefixLen4 and MinPrefixLen6 refuse blocklist prefixes wider
 	// than /MinPrefixLen4 (IPv4) or /MinPrefixLen6 (IPv6), wherever they
@@ -123,6 +129,14 @@ func (c *Config) Validate() error {
 	}
 	if c.MinPrefixLen6 < 0 || c.MinPrefixLen6 > 128 {
 		errs = append(errs, fmt.Errorf("min_prefix_len_ipv6: %d is not between 1 and 128 (0: the default, %d)", c.MinPrefixLen6, DefaultMinPrefixLen6))
+	}
+	for _, capacity := range []struct {
+		key string
+		n   uint32
+	}{{"capacity_ipv4", c.Capacity4}, {"capacity_ipv6", c.Capacity6}} {
+		if capacity.n > MaxCapacity {
+			errs = append(errs, fmt.Errorf("%s: %d is more than %d (the table is allocated whole)", capacity.key, capacity.n, MaxCapacity))
+		}
 	}
 	if c.MaxFileBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_file_bytes: %d is negative (0: the default, %d)", c.MaxFileBytes, DefaultMaxFileBytes))

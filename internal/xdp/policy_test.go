@@ -64,6 +64,9 @@ func TestConfigValidatesThePolicy(t *testing.T) {
 		{"minimums out of range", func(c *Config) { c.MinPrefixLen4, c.MinPrefixLen6 = 33, -1 }, []string{
 			"min_prefix_len_ipv4: 33 is not between 1 and 32", "min_prefix_len_ipv6: -1 is not between 1 and 128"}},
 		{"negative max_file_bytes", func(c *Config) { c.MaxFileBytes = -1 }, []string{"max_file_bytes: -1 is negative"}},
+		{"capacities too large", func(c *Config) { c.Capacity4, c.Capacity6 = MaxCapacity+1, 1<<24 }, []string{
+			"capacity_ipv4: 1048577 is more than 1048576", "capacity_ipv6: 16777216 is more than 1048576"}},
+		{"largest capacities", func(c *Config) { c.Capacity4, c.Capacity6 = MaxCapacity, MaxCapacity }, nil},
 		{"end marker not a comment", func(c *Config) { c.BlocklistFile, c.EndMarker = "/x", "END" }, []string{`end_marker: "END" must be one comment line`}},
 		{"end marker with blanks", func(c *Config) { c.BlocklistFile, c.EndMarker = "/x", "# end " }, []string{"end_marker"}},
 		{"end marker without a file", func(c *Config) { c.EndMarker = "# end" }, []string{"end_marker: set, but there is no blocklist_file"}},
