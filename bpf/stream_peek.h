@@ -41,7 +41,9 @@ static __always_inline struct payload_buf *payload_start(const struct sock *sk, 
 		return NULL;
 	b->h.id.sock = (__u64)sk;
 	b->h.id.gen = st->gen;
-	b->h.id.seq = st->seq;
+	/* In IDLE the only payload is the head of a response written after a
+	 * chunked one ended: it begins the connection's next stream. */
+	b->h.id.seq = st->seq + (st->state == TW_ST_IDLE);
 	b->h.id.kind = kind;
 	b->h.id.reason = flags;
 	b->h.id.len = 0;
@@ -177,6 +179,11 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 		return 0;
 	__u8 flags = head_flags(b->data, n);
 	if (flags & TW_RESP_INTERIM)
+		return flags;
+	/* After a chunked response's end only a head starts a response: a
+	 * write that is not one is the end's own tail (Go's net/http writes
+	 * the last chunk, "0\r\n\r\n", on its own after a flushed body). */
+	if (st->state == TW_ST_IDLE && !(flags & TW_RESP_HTTP))
 		return flags;
 	b->h.id.reason = flags;
 	b->h.id.len = n;

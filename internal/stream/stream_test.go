@@ -93,6 +93,9 @@ func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
 	defer r.mu.Unlock()
 	out := map[ID][]Record{}
 	for _, rec := range r.recs {
+		if prev := out[rec.ID]; len(prev) > 0 && prev[len(prev)-1].Kind == KindEnd {
+			t.Errorf("stream %v: %v record after its END", rec.ID, rec.Kind)
+		}
 		out[rec.ID] = append(out[rec.ID], rec)
 	}
 	return out
