@@ -33,6 +33,13 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } tw_st_events SEC(".maps");
 
+/* A REQUEST or RESPONSE record as the stream probe writes one: the
+ * header, then id.len bytes. */
+struct bench_payload {
+	struct stream_payload h;
+	__u8 data[TW_PEEK_MAX];
+};
+
 __u64 produced = 0;
 __u64 lost = 0;
 __u32 whole_streams = 0;
@@ -95,31 +102,31 @@ static __always_inline int whole(__u64 n)
 	__u64 sock = 0xffff100000000000ULL | slot;
 
 	if (phase < 2) {
-		struct stream_payload *p = bpf_ringbuf_reserve(&tw_st_events, sizeof(*p), 0);
+		struct bench_payload *p = bpf_ringbuf_reserve(&tw_st_events, sizeof(*p), 0);
 		if (!p) {
 			__sync_fetch_and_add(&lost, 1);
 			return TC_ACT_OK;
 		}
-		__builtin_memset(p, 0, sizeof(*p) - TW_PEEK_MAX);
-		p->id.sock = sock;
-		p->id.seq = round;
-		p->ts_ns = bpf_ktime_get_ns();
-		p->pid = bench_pid;
-		p->comm[0] = 'b'; p->comm[1] = 'e'; p->comm[2] = 'n'; p->comm[3] = 'c'; p->comm[4] = 'h';
+		__builtin_memset(&p->h, 0, sizeof(p->h));
+		p->h.id.sock = sock;
+		p->h.id.seq = round;
+		p->h.ts_ns = bpf_ktime_get_ns();
+		p->h.pid = bench_pid;
+		p->h.comm[0] = 'b'; p->h.comm[1] = 'e'; p->h.comm[2] = 'n'; p->h.comm[3] = 'c'; p->h.comm[4] = 'h';
 		if (phase == 0) {
-			p->id.kind = TW_REC_REQUEST;
-			p->id.len = req_len;
-			p->total = req_len;
+			p->h.id.kind = TW_REC_REQUEST;
+			p->h.id.len = req_len;
+			p->h.total = req_len;
 			__builtin_memcpy(p->data, (const void *)req_head, TW_PEEK_MAX);
 			if (path_digit < TW_PEEK_MAX)
 				p->data[path_digit] = '0' + (slot & 7);
 			if (model_digit < TW_PEEK_MAX)
 				p->data[model_digit] = '0' + ((slot >> 3) & 3);
 		} else {
-			p->id.kind = TW_REC_RESPONSE;
-			p->id.reason = TW_RESP_HTTP;
-			p->id.len = resp_len;
-			p->total = resp_len;
+			p->h.id.kind = TW_REC_RESPONSE;
+			p->h.id.reason = TW_RESP_HTTP;
+			p->h.id.len = resp_len;
+			p->h.total = resp_len;
 			__builtin_memcpy(p->data, (const void *)resp_head, TW_PEEK_MAX);
 		}
 		bpf_ringbuf_submit(p, submit_flags(&tw_st_events));
