@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -37,4 +38,25 @@ func gitCommit() (string, bool) {
 	}
 	st, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
 	return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
+}
+
+// busySeconds is the CPU time all of this machine's cores have spent
+// busy since boot (/proc/stat: everything but idle and iowait), so that a
+// run can say how much of the machine other work took meanwhile.
+func busySeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / 100 // USER_HZ
 }

@@ -67,7 +67,7 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (*Matrix, error) {
-	start := time.Now()
+	start, busy0 := time.Now(), busySeconds()
 	pins, err := LoadPins(o.pins)
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 		Date: start.UTC().Format(time.RFC3339), GoVersion: runtime.Version(),
 		QemuVersion: QemuVersion(), QemuCommand: QemuCommandLine(),
 		Host: fmt.Sprintf("this machine: Linux %s, %d cores", hostRelease(), runtime.NumCPU()),
-		Jobs: o.jobs, Hooks: Hooks(), Rows: rows,
+		Jobs: o.jobs, Cores: runtime.NumCPU(), Hooks: Hooks(), Rows: rows,
 		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), HookRunOnly: map[string][]string{},
 	}
 	m.Commit, m.Dirty = gitCommit()
@@ -167,6 +167,10 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 		}
 	}
 	m.WallSeconds = time.Since(start).Seconds()
+	m.BusySeconds = busySeconds() - busy0
+	for _, r := range rows {
+		m.OwnSeconds += r.CPUSeconds
+	}
 	m.Tally()
 	if err := m.WriteFiles(o.out); err != nil {
 		return nil, err

@@ -9,15 +9,22 @@ import (
 // Matrix is the whole result of a `make kernels` run, as written to
 // matrix.json and rendered into matrix.md.
 type Matrix struct {
-	Date         string   `json:"date"` // UTC, RFC 3339
-	Commit       string   `json:"commit"`
-	Dirty        bool     `json:"dirty"` // the tree had uncommitted changes
-	GoVersion    string   `json:"go_version"`
-	QemuVersion  string   `json:"qemu_version"`
-	QemuCommand  string   `json:"qemu_command"`
-	Host         string   `json:"host"` // this machine's kernel and cores
-	Jobs         int      `json:"jobs"` // guests at a time
-	WallSeconds  float64  `json:"wall_seconds"`
+	Date        string  `json:"date"` // UTC, RFC 3339
+	Commit      string  `json:"commit"`
+	Dirty       bool    `json:"dirty"` // the tree had uncommitted changes
+	GoVersion   string  `json:"go_version"`
+	QemuVersion string  `json:"qemu_version"`
+	QemuCommand string  `json:"qemu_command"`
+	Host        string  `json:"host"` // this machine's kernel and cores
+	Jobs        int     `json:"jobs"` // guests at a time
+	Cores       int     `json:"cores"`
+	WallSeconds float64 `json:"wall_seconds"`
+	// BusySeconds is the CPU time the whole machine was busy during the
+	// run; OwnSeconds the part the guests and the native plan took. The
+	// rest was other work: the build, and whatever else ran meanwhile,
+	// which slows the emulated guests down.
+	BusySeconds  float64  `json:"machine_busy_cpu_seconds"`
+	OwnSeconds   float64  `json:"own_cpu_seconds"`
 	Capabilities []string `json:"capabilities"`
 	Hooks        []string `json:"hooks"`
 	Rows         []Row    `json:"rows"`
@@ -64,6 +71,8 @@ func (m *Matrix) Tally() {
 		m.Failed += failed
 	}
 }
+
+func (m *Matrix) cores() int { return max(m.Cores, 1) }
 
 // OK reports whether every cell passed.
 func (m *Matrix) OK() bool { return m.Failed == 0 && len(m.Rows) > 0 }
