@@ -139,7 +139,7 @@ clean:
 # not used: the test runs its own Prometheus on a free port).
 E2E_APT_PACKAGES := prometheus
 
-.PHONY: e2e k8s-test grafana-test
+.PHONY: e2e reliability k8s-test grafana-test
 
 ## e2e: end-to-end test: the built collector with config.yaml, a real Prometheus, a second collector receiving spans over OTLP, the Grafana dashboard's queries and the alert rules (root; about a minute)
 e2e: deps build k8s-test grafana-test
@@ -154,6 +154,11 @@ e2e: deps build k8s-test grafana-test
 		apt-get install -y -q --no-install-recommends "$${missing[@]}"; \
 	fi
 	go test -tags e2e -count=1 -timeout 5m -v ./e2e/
+
+## reliability: the fault tests (connection flood, record loss, address reuse, kill -9) with the built collector; writes docs/results/reliability.md (root; under a minute)
+reliability: deps build
+	@mkdir -p docs/results
+	TOKENWIRE_RESULTS=$(CURDIR)/docs/results/reliability.md go test -tags e2e -count=1 -timeout 5m -run '^TestReliability$$' -v ./e2e/
 
 ## k8s-test: decode deploy/kubernetes's manifests strictly into the Kubernetes API types and validate their collector configs (own Go module)
 k8s-test: build

@@ -71,7 +71,12 @@ type streamResult struct {
 	LocalPort int           // the client's port: client.port on the span
 	Events    int           // data events before [DONE]
 	Done      bool          // saw data: [DONE]
-	TTFT      time.Duration // request written -> first event read, client side
+	// Client-side times from the moment the client had its connection,
+	// before a byte of the request went out: tokenwire's server-side
+	// TTFT and duration (request arrival to first write, to the
+	// terminator's write) cannot exceed them, whatever the machine's load.
+	TTFT     time.Duration // -> first event read
+	Duration time.Duration // -> data: [DONE] read
 	Status    int
 	TP        *traceParent // sent, if any
 }
@@ -102,12 +107,12 @@ func chat(client *http.Client, url, model string, stream bool, tp *traceParent) 
 	if tp != nil {
 		req.Header.Set("traceparent", tp.header())
 	}
-	var wrote time.Time
+	var began time.Time
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
+			began = time.Now()
 			res.LocalPort = info.Conn.LocalAddr().(*net.TCPAddr).Port
 		},
-		WroteRequest: func(httptrace.WroteRequestInfo) { wrote = time.Now() },
 	}))
 	resp, err := client.Do(req)
 	if err != nil {
@@ -125,9 +130,10 @@ func chat(client *http.Client, url, model string, stream bool, tp *traceParent) 
 		switch {
 		case line == "data: [DONE]":
 			res.Done = true
+			res.Duration = time.Since(began)
 		case strings.HasPrefix(line, "data: "):
 			if res.Events == 0 {
-				res.TTFT = time.Since(wrote)
+				res.TTFT = time.Since(began)
 			}
 			res.Events++
 		}
