@@ -127,13 +127,51 @@ type XDPConfig struct {
 	// Blocklist holds CIDRs or addresses (IPv4 or IPv6) to drop.
 	Blocklist []string `mapstructure:"blocklist"`
 	// BlocklistFile names a file with one CIDR or address per line ('#'
-	// comments); it is re-read when it changes.
+	// comments); a changed file is applied once it has stayed unchanged
+	// for one watch_interval. A file that cannot be used is refused whole
+	// and the blocklist in force stays.
 	BlocklistFile string `mapstructure:"blocklist_file"`
-	// CapacityIPv4 and CapacityIPv6 bound each blocklist.
+	// EndMarker, when set, is a '#' comment line that must end
+	// blocklist_file: a file without it is refused as incomplete (for
+	// writers that can pause longer than watch_interval).
+	EndMarker string `mapstructure:"end_marker"`
+	// MaxFileBytes refuses a larger blocklist_file without reading it.
+	MaxFileBytes int64 `mapstructure:"max_file_bytes"`
+	// Allowlist holds CIDRs or addresses the blocklist never drops.
+	Allowlist []string `mapstructure:"allowlist"`
+	// MinPrefixLenIPv4 and MinPrefixLenIPv6 refuse blocklist prefixes
+	// wider than these lengths: a /1 meant as a /16 must not cut the node
+	// off.
+	MinPrefixLenIPv4 int `mapstructure:"min_prefix_len_ipv4"`
+	MinPrefixLenIPv6 int `mapstructure:"min_prefix_len_ipv6"`
+	// PermitBlockAll allows 0.0.0.0/0 and ::/0 in the blocklist
+	// (default-deny with an allowlist).
+	PermitBlockAll bool `mapstructure:"permit_block_all"`
+	// CapacityIPv4 and CapacityIPv6 bound each blocklist; the kernel
+	// tables are allocated whole at start.
 	CapacityIPv4 int `mapstructure:"capacity_ipv4"`
 	CapacityIPv6 int `mapstructure:"capacity_ipv6"`
 	// WatchInterval is how often blocklist_file is checked for changes.
 	WatchInterval time.Duration `mapstructure:"watch_interval"`
+}
+
+// filter returns the XDP package's configuration for x.
+func (x *XDPConfig) filter() xdp.Config {
+	return xdp.Config{
+		Interfaces:     x.Interfaces,
+		Mode:           x.Mode,
+		Blocklist:      x.Blocklist,
+		BlocklistFile:  x.BlocklistFile,
+		EndMarker:      x.EndMarker,
+		MaxFileBytes:   x.MaxFileBytes,
+		Allowlist:      x.Allowlist,
+		MinPrefixLen4:  x.MinPrefixLenIPv4,
+		MinPrefixLen6:  x.MinPrefixLenIPv6,
+		PermitBlockAll: x.PermitBlockAll,
+		Capacity4:      uint32(x.CapacityIPv4),
+		Capacity6:      uint32(x.CapacityIPv6),
+		WatchInterval:  x.WatchInterval,
+	}
 }
 
 const pageSize = 4096
@@ -178,6 +216,10 @@ func createDefaultConfig() *Config {
 			CapacityIPv4:  xdp.DefaultCapacity,
 			CapacityIPv6:  xdp.DefaultCapacity,
 			WatchInterval: xdp.DefaultWatchInterval,
+			MaxFileBytes:  xdp.DefaultMaxFileBytes,
+
+			MinPrefixLenIPv4: xdp.DefaultMinPrefixLen4,
+			MinPrefixLenIPv6: xdp.DefaultMinPrefixLen6,
 		},
 		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
 	}
@@ -220,40 +262,54 @@ func (cfg *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validate checks x the way the filter will at start (the XDP package's
+// rules, its keys prefixed with xdp.), plus what only the receiver's
+// configuration can get wrong: zero values the package would read as its
+// defaults.
 func (x *XDPConfig) validate() []error {
-	var errs []error
-	seen := map[string]bool{}
-	for i, name := range x.Interfaces {
-		switch {
-		case name == "" || len(name) > 15:
-			errs = append(errs, fmt.Errorf("xdp.interfaces[%d]: %q is not an interface name", i, name))
-		case seen[name]:
-			errs = append(errs, fmt.Errorf("xdp.interfaces[%d]: %q is listed twice", i, name))
+	if len(x.Interfaces) == 0 {
+		if len(x.Blocklist) > 0 || x.BlocklistFile != "" || len(x.Allowlist) > 0 {
+			return []error{errors.New("xdp.interfaces: a blocklist or allowlist is set but no interface to filter on")}
 		}
-		seen[name] = true
+		return nil
 	}
-	switch x.Mode {
-	case xdp.ModeAuto, xdp.ModeNative, xdp.ModeGeneric:
-	default:
-		errs = append(errs, fmt.Errorf("xdp.mode: %q is not one of auto, native, generic", x.Mode))
-	}
-	for i, entry := range x.Blocklist {
-		if _, err := xdp.ParsePrefix(entry); err != nil {
-			errs = append(errs, fmt.Errorf("xdp.blocklist[%d]: %w", i, err))
+	var errs []error
+	for i, name := range x.Interfaces {
+		if len(name) > 15 {
+			errs = append(errs, fmt.Errorf("xdp.interfaces[%d]: %q is not an interface name (at most 15 characters)", i, name))
 		}
 	}
 	for key, n := range map[string]int{"xdp.capacity_ipv4": x.CapacityIPv4, "xdp.capacity_ipv6": x.CapacityIPv6} {
-		if n < 1 || n > 1<<24 {
-			errs = append(errs, fmt.Errorf("%s: must be between 1 and %d, got %d", key, 1<<24, n))
+		if n < 1 || n > xdp.MaxCapacity {
+			errs = append(errs, fmt.Errorf("%s: must be between 1 and %d, got %d", key, xdp.MaxCapacity, n))
+		}
+	}
+	for key, n := range map[string]int{"xdp.min_prefix_len_ipv4": x.MinPrefixLenIPv4, "xdp.min_prefix_len_ipv6": x.MinPrefixLenIPv6} {
+		if n == 0 {
+			errs = append(errs, fmt.Errorf("%s: must be at least 1 (0.0.0.0/0 and ::/0 need xdp.permit_block_all)", key))
 		}
 	}
 	if x.WatchInterval <= 0 {
 		errs = append(errs, fmt.Errorf("xdp.watch_interval: must be positive, got %v", x.WatchInterval))
 	}
-	if len(x.Interfaces) == 0 && (len(x.Blocklist) > 0 || x.BlocklistFile != "") {
-		errs = append(errs, errors.New("xdp.interfaces: a blocklist is set but no interface to filter on"))
+	if x.MaxFileBytes == 0 {
+		errs = append(errs, errors.New("xdp.max_file_bytes: must be positive"))
+	}
+	fc := x.filter()
+	if err := fc.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("xdp.%w", e))
+		}
 	}
 	return errs
+}
+
+// unjoin returns the errors joined in err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func (s *StreamsConfig) validate(interval time.Duration) []error {

@@ -56,6 +56,8 @@ func TestLoadConfig(t *testing.T) {
 				c.XDP = XDPConfig{
 					Interfaces: []string{"eth0", "eth1"}, Required: true, Mode: "native",
 					Blocklist: []string{"192.0.2.0/24", "2001:db8::/32"}, BlocklistFile: "/etc/tokenwire/blocklist",
+					EndMarker: "# end of list", MaxFileBytes: 1 << 20, Allowlist: []string{"192.0.2.10", "2001:db8::/64"},
+					MinPrefixLenIPv4: 16, MinPrefixLenIPv6: 24, PermitBlockAll: true,
 					CapacityIPv4: 1024, CapacityIPv6: 512, WatchInterval: 5 * time.Second,
 				}
 				return c
@@ -157,15 +159,28 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"bad traceparent mode", func(c *Config) { c.Streams.TraceParent = "trust" }, `streams.traceparent: "trust" is not one of parent, link, ignore`},
 		{"short series expiry", func(c *Config) { c.Streams.SeriesExpiry = time.Second }, "streams.series_expiry: must be at least 1m"},
 		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},
-		{"empty interface name", func(c *Config) { c.XDP.Interfaces = []string{""} }, `xdp.interfaces[0]: "" is not an interface name`},
+		{"empty interface name", func(c *Config) { c.XDP.Interfaces = []string{""} }, `xdp.interfaces[0]: empty name`},
 		{"long interface name", func(c *Config) { c.XDP.Interfaces = []string{"averyveryverylongname"} }, "xdp.interfaces[0]"},
 		{"repeated interface", func(c *Config) { c.XDP.Interfaces = []string{"eth0", "eth0"} }, `xdp.interfaces[1]: "eth0" is listed twice`},
 		{"bad xdp mode", func(c *Config) { c.XDP.Interfaces, c.XDP.Mode = []string{"eth0"}, "offload" }, `xdp.mode: "offload" is not one of auto, native, generic`},
 		{"bad blocklist entry", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"10.0.0.0/33"} }, "xdp.blocklist[0]"},
-		{"zero ipv4 capacity", func(c *Config) { c.XDP.CapacityIPv4 = 0 }, "xdp.capacity_ipv4: must be between 1"},
-		{"negative ipv6 capacity", func(c *Config) { c.XDP.CapacityIPv6 = -1 }, "xdp.capacity_ipv6: must be between 1"},
-		{"zero watch interval", func(c *Config) { c.XDP.WatchInterval = 0 }, "xdp.watch_interval: must be positive"},
-		{"blocklist without interfaces", func(c *Config) { c.XDP.Blocklist = []string{"192.0.2.0/24"} }, "xdp.interfaces: a blocklist is set but no interface"},
+		{"blocklist prefix too wide", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"192.0.2.0/24", "10.1.2.3/7"} },
+			"xdp.blocklist[1]: 10.1.2.3/7 (10.0.0.0/7) is wider than /8"},
+		{"block everything unasked", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"::/0"} }, "xdp.blocklist[0]"},
+		{"bad allowlist entry", func(c *Config) { c.XDP.Interfaces, c.XDP.Allowlist = []string{"eth0"}, []string{"not-an-address"} }, "xdp.allowlist[0]"},
+		{"zero ipv4 capacity", func(c *Config) { c.XDP.Interfaces, c.XDP.CapacityIPv4 = []string{"eth0"}, 0 }, "xdp.capacity_ipv4: must be between 1"},
+		{"negative ipv6 capacity", func(c *Config) { c.XDP.Interfaces, c.XDP.CapacityIPv6 = []string{"eth0"}, -1 }, "xdp.capacity_ipv6: must be between 1"},
+		{"capacity beyond a whole table", func(c *Config) { c.XDP.Interfaces, c.XDP.CapacityIPv4 = []string{"eth0"}, 1<<21 }, "xdp.capacity_ipv4: must be between 1 and 1048576"},
+		{"zero minimum prefix", func(c *Config) { c.XDP.Interfaces, c.XDP.MinPrefixLenIPv6 = []string{"eth0"}, 0 }, "xdp.min_prefix_len_ipv6: must be at least 1"},
+		{"minimum prefix beyond the family", func(c *Config) { c.XDP.Interfaces, c.XDP.MinPrefixLenIPv4 = []string{"eth0"}, 33 }, "xdp.min_prefix_len_ipv4: 33 is not between 1 and 32"},
+		{"end marker without a file", func(c *Config) { c.XDP.Interfaces, c.XDP.EndMarker = []string{"eth0"}, "# end" }, "xdp.end_marker: set, but there is no blocklist_file"},
+		{"end marker not a comment", func(c *Config) {
+			c.XDP.Interfaces, c.XDP.BlocklistFile, c.XDP.EndMarker = []string{"eth0"}, "/etc/blocklist", "END"
+		}, `xdp.end_marker: "END" must be one comment line`},
+		{"zero watch interval", func(c *Config) { c.XDP.Interfaces, c.XDP.WatchInterval = []string{"eth0"}, 0 }, "xdp.watch_interval: must be positive"},
+		{"zero max file bytes", func(c *Config) { c.XDP.Interfaces, c.XDP.MaxFileBytes = []string{"eth0"}, 0 }, "xdp.max_file_bytes: must be positive"},
+		{"blocklist without interfaces", func(c *Config) { c.XDP.Blocklist = []string{"192.0.2.0/24"} }, "xdp.interfaces: a blocklist or allowlist is set but no interface"},
+		{"allowlist without interfaces", func(c *Config) { c.XDP.Allowlist = []string{"192.0.2.1"} }, "xdp.interfaces: a blocklist or allowlist is set but no interface"},
 		{"required handshake disabled", func(c *Config) { c.Handshake.Enabled, c.Handshake.Required = false, true }, "handshake.required: the handshake probe cannot be required while handshake.enabled is false"},
 		{"required streams disabled", func(c *Config) { c.Streams.Enabled, c.Streams.Required = false, true }, "streams.required: the stream probe cannot be required while streams.enabled is false"},
 	}

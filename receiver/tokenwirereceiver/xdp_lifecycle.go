@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/otel/attribute"
@@ -17,9 +16,7 @@ import (
 
 // xdpState is the receiver's XDP filter and what it remembers about it.
 type xdpState struct {
-	filter    *xdp.Filter
-	reloadOK  atomic.Int64
-	reloadErr atomic.Int64
+	filter *xdp.Filter
 
 	mu       sync.Mutex
 	detached map[string]bool // interfaces already reported gone
@@ -30,23 +27,9 @@ type xdpState struct {
 // and line.
 func (r *tokenwireReceiver) startXDP() error {
 	st := &xdpState{detached: map[string]bool{}}
-	f, err := xdp.Open(xdp.Config{
-		Interfaces:    r.cfg.XDP.Interfaces,
-		Mode:          r.cfg.XDP.Mode,
-		Blocklist:     r.cfg.XDP.Blocklist,
-		BlocklistFile: r.cfg.XDP.BlocklistFile,
-		Capacity4:     uint32(r.cfg.XDP.CapacityIPv4),
-		Capacity6:     uint32(r.cfg.XDP.CapacityIPv6),
-		WatchInterval: r.cfg.XDP.WatchInterval,
-		Logger:        r.set.Logger,
-		OnReload: func(err error) {
-			if err != nil {
-				st.reloadErr.Add(1)
-				return
-			}
-			st.reloadOK.Add(1)
-		},
-	})
+	cfg := r.cfg.XDP.filter()
+	cfg.Logger = r.set.Logger
+	f, err := xdp.Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -58,7 +41,8 @@ func (r *tokenwireReceiver) startXDP() error {
 	}
 	stats := f.Stats()
 	r.set.Logger.Info("tokenwire XDP filter attached", zap.Strings("interfaces", where),
-		zap.Int("blocklist_ipv4", stats.Entries4), zap.Int("blocklist_ipv6", stats.Entries6))
+		zap.Int("blocklist_ipv4", stats.Entries4), zap.Int("blocklist_ipv6", stats.Entries6),
+		zap.Int("allowlist_ipv4", stats.Allow4), zap.Int("allowlist_ipv6", stats.Allow6))
 	return nil
 }
 
@@ -71,9 +55,19 @@ func (r *tokenwireReceiver) registerXDPTelemetry() error {
 			o.Observe(int64(s.Entries6), metric.WithAttributes(attribute.String("family", "ipv6")))
 			return nil
 		}),
+		r.telemetry.RegisterReceiverTokenwireXdpAllowlistEntriesCallback(func(_ context.Context, o metric.Int64Observer) error {
+			s := st.filter.Stats()
+			o.Observe(int64(s.Allow4), metric.WithAttributes(attribute.String("family", "ipv4")))
+			o.Observe(int64(s.Allow6), metric.WithAttributes(attribute.String("family", "ipv6")))
+			return nil
+		}),
 		r.telemetry.RegisterReceiverTokenwireXdpReloadsCallback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(st.reloadOK.Load(), metric.WithAttributes(attribute.String("result", "ok")))
-			o.Observe(st.reloadErr.Load(), metric.WithAttributes(attribute.String("result", "error")))
+			s := st.filter.Stats()
+			o.Observe(int64(s.Reloads), metric.WithAttributes(attribute.String("result", "ok")))
+			for _, reason := range xdp.FailureReasons {
+				o.Observe(int64(s.ReloadErrorsByReason[reason]), metric.WithAttributes(
+					attribute.String("result", "error"), attribute.String("reason", string(reason))))
+			}
 			return nil
 		}),
 		r.telemetry.RegisterReceiverTokenwireProgramsAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
@@ -117,6 +111,8 @@ func (r *tokenwireReceiver) recordXDP(now pcommon.Timestamp) {
 			reason = metadata.AttributeTokenwireXdpReasonBlocklist
 		case xdp.ReasonMalformed:
 			reason = metadata.AttributeTokenwireXdpReasonMalformed
+		case xdp.ReasonAllowlist:
+			reason = metadata.AttributeTokenwireXdpReasonAllowlist
 		}
 		mb.RecordTokenwireXdpPacketsDataPoint(now, int64(c.Packets), c.Interface, action, reason)
 		mb.RecordTokenwireXdpBytesDataPoint(now, int64(c.Bytes), c.Interface, action, reason)

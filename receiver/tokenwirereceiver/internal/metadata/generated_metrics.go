@@ -201,6 +201,7 @@ type AttributeTokenwireXdpReason int
 
 const (
 	_ AttributeTokenwireXdpReason = iota
+	AttributeTokenwireXdpReasonAllowlist
 	AttributeTokenwireXdpReasonBlocklist
 	AttributeTokenwireXdpReasonMalformed
 	AttributeTokenwireXdpReasonNone
@@ -209,6 +210,8 @@ const (
 // String returns the string representation of the AttributeTokenwireXdpReason.
 func (av AttributeTokenwireXdpReason) String() string {
 	switch av {
+	case AttributeTokenwireXdpReasonAllowlist:
+		return "allowlist"
 	case AttributeTokenwireXdpReasonBlocklist:
 		return "blocklist"
 	case AttributeTokenwireXdpReasonMalformed:
@@ -221,6 +224,7 @@ func (av AttributeTokenwireXdpReason) String() string {
 
 // MapAttributeTokenwireXdpReason is a helper map of string to AttributeTokenwireXdpReason attribute value.
 var MapAttributeTokenwireXdpReason = map[string]AttributeTokenwireXdpReason{
+	"allowlist": AttributeTokenwireXdpReasonAllowlist,
 	"blocklist": AttributeTokenwireXdpReasonBlocklist,
 	"malformed": AttributeTokenwireXdpReasonMalformed,
 	"none":      AttributeTokenwireXdpReasonNone,

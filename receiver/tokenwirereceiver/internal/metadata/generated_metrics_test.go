@@ -100,15 +100,15 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireXdpBytesDataPoint(ts, 1, "network.interface.name-val", AttributeTokenwireXdpActionPass, AttributeTokenwireXdpReasonBlocklist)
+			mb.RecordTokenwireXdpBytesDataPoint(ts, 1, "network.interface.name-val", AttributeTokenwireXdpActionPass, AttributeTokenwireXdpReasonAllowlist)
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireXdpBytesDataPoint(ts, 3, "network.interface.name-val-2", AttributeTokenwireXdpActionDrop, AttributeTokenwireXdpReasonMalformed)
+				mb.RecordTokenwireXdpBytesDataPoint(ts, 3, "network.interface.name-val-2", AttributeTokenwireXdpActionDrop, AttributeTokenwireXdpReasonBlocklist)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireXdpPacketsDataPoint(ts, 1, "network.interface.name-val", AttributeTokenwireXdpActionPass, AttributeTokenwireXdpReasonBlocklist)
+			mb.RecordTokenwireXdpPacketsDataPoint(ts, 1, "network.interface.name-val", AttributeTokenwireXdpActionPass, AttributeTokenwireXdpReasonAllowlist)
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireXdpPacketsDataPoint(ts, 3, "network.interface.name-val-2", AttributeTokenwireXdpActionDrop, AttributeTokenwireXdpReasonMalformed)
+				mb.RecordTokenwireXdpPacketsDataPoint(ts, 3, "network.interface.name-val-2", AttributeTokenwireXdpActionDrop, AttributeTokenwireXdpReasonBlocklist)
 			}
 
 			rb := mb.NewResourceBuilder()
@@ -361,7 +361,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, "pass", tokenwireXdpActionAttrVal.Str())
 						tokenwireXdpReasonAttrVal, ok := dp.Attributes().Get("tokenwire.xdp.reason")
 						assert.True(t, ok)
-						assert.Equal(t, "blocklist", tokenwireXdpReasonAttrVal.Str())
+						assert.Equal(t, "allowlist", tokenwireXdpReasonAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["tokenwire.xdp.bytes"], "Found a duplicate in the metrics slice: tokenwire.xdp.bytes")
 						validatedMetrics["tokenwire.xdp.bytes"] = true
@@ -415,7 +415,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, "pass", tokenwireXdpActionAttrVal.Str())
 						tokenwireXdpReasonAttrVal, ok := dp.Attributes().Get("tokenwire.xdp.reason")
 						assert.True(t, ok)
-						assert.Equal(t, "blocklist", tokenwireXdpReasonAttrVal.Str())
+						assert.Equal(t, "allowlist", tokenwireXdpReasonAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["tokenwire.xdp.packets"], "Found a duplicate in the metrics slice: tokenwire.xdp.packets")
 						validatedMetrics["tokenwire.xdp.packets"] = true

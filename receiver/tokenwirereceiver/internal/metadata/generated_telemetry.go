@@ -39,6 +39,7 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireStreamSeriesOverflow metric.Int64Counter
 	ReceiverTokenwireStreamsOpen          metric.Int64ObservableGauge
 	ReceiverTokenwireStreamsSkipped       metric.Int64Counter
+	ReceiverTokenwireXdpAllowlistEntries  metric.Int64ObservableGauge
 	ReceiverTokenwireXdpBlocklistEntries  metric.Int64ObservableGauge
 	ReceiverTokenwireXdpReloads           metric.Int64ObservableCounter
 }
@@ -135,6 +136,21 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireStreamsOpenCallback(cb
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireStreamsOpen, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireStreamsOpen)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireXdpAllowlistEntriesCallback sets callback for observable ReceiverTokenwireXdpAllowlistEntries metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireXdpAllowlistEntriesCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireXdpAllowlistEntries, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireXdpAllowlistEntries)
 	if err != nil {
 		return err
 	}
@@ -268,6 +284,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{response}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireXdpAllowlistEntries, err = builder.meter.Int64ObservableGauge(
+		"otelcol_receiver_tokenwire_xdp_allowlist_entries",
+		metric.WithDescription("Prefixes in the XDP allowlist, by family (ipv4, ipv6). [Development]"),
+		metric.WithUnit("{prefix}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireXdpBlocklistEntries, err = builder.meter.Int64ObservableGauge(
 		"otelcol_receiver_tokenwire_xdp_blocklist_entries",
 		metric.WithDescription("Prefixes in the XDP blocklist in force, by family (ipv4, ipv6). [Development]"),
@@ -276,7 +298,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireXdpReloads, err = builder.meter.Int64ObservableCounter(
 		"otelcol_receiver_tokenwire_xdp_reloads",
-		metric.WithDescription("Blocklist file reloads, by result: ok, or error (the previous blocklist stays in force; the error is logged). [Development]"),
+		metric.WithDescription("Blocklist file reloads, by result: ok, or error with its reason (read, too_large, incomplete, parse, policy, capacity, install); after an error the previous blocklist stays in force and the error is logged. [Development]"),
 		metric.WithUnit("{reload}"),
 	)
 	errs = errors.Join(errs, err)

@@ -189,6 +189,20 @@ func AssertEqualReceiverTokenwireStreamsSkipped(t *testing.T, tt *componenttest.
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverTokenwireXdpAllowlistEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_xdp_allowlist_entries",
+		Description: "Prefixes in the XDP allowlist, by family (ipv4, ipv6). [Development]",
+		Unit:        "{prefix}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_xdp_allowlist_entries")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverTokenwireXdpBlocklistEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_xdp_blocklist_entries",
@@ -206,7 +220,7 @@ func AssertEqualReceiverTokenwireXdpBlocklistEntries(t *testing.T, tt *component
 func AssertEqualReceiverTokenwireXdpReloads(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_xdp_reloads",
-		Description: "Blocklist file reloads, by result: ok, or error (the previous blocklist stays in force; the error is logged). [Development]",
+		Description: "Blocklist file reloads, by result: ok, or error with its reason (read, too_large, incomplete, parse, policy, capacity, install); after an error the previous blocklist stays in force and the error is logged. [Development]",
 		Unit:        "{reload}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
