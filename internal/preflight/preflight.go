@@ -32,24 +32,30 @@ type Needs struct {
 	NetAdmin bool
 }
 
-// Check returns nil when this process has kernel BTF and the capabilities
-// in needs, or an error naming what is missing and how to grant it.
+// Check returns nil when this process has kernel BTF, the capabilities in
+// needs and a bpf() system call it may use, or an error naming what is
+// missing and how to grant it.
 func Check(needs Needs) error {
 	caps, err := effectiveCaps()
 	if err != nil {
 		return fmt.Errorf("reading this process's capabilities: %w", err)
 	}
 	_, btfErr := os.Stat(BTFPath)
-	return check(needs, caps, btfErr)
+	if err := check(needs, caps, btfErr); err != nil {
+		return err
+	}
+	return checkSyscall(bpfReachable(), seccompMode())
 }
 
 func check(needs Needs, caps uint64, btfErr error) error {
 	var problems []string
 	if btfErr != nil {
+		// A container sees the host's /sys/kernel/btf through its own
+		// /sys: no mount is needed, and a missing file means the kernel
+		// has no BTF.
 		problems = append(problems, fmt.Sprintf(
 			"kernel BTF is missing (%v): tokenwire needs a kernel built with CONFIG_DEBUG_INFO_BTF=y, "+
-				"which most distributions ship (Debian 11+, Ubuntu 20.10+, RHEL 8.2+); in a container, "+
-				"mount the host's /sys/kernel/btf read-only", btfErr))
+				"which most distributions ship (Debian 11+, Ubuntu 20.10+, RHEL 8.2+, Amazon Linux 2023)", btfErr))
 	}
 	has := func(c uint) bool { return caps&(1<<c) != 0 }
 	var missing []string
@@ -65,11 +71,15 @@ func check(needs Needs, caps uint64, btfErr error) error {
 		missing = append(missing, "CAP_NET_ADMIN")
 	}
 	if len(missing) > 0 {
+		grant := "cap_bpf,cap_perfmon"
+		if needs.NetAdmin {
+			grant += ",cap_net_admin"
+		}
 		problems = append(problems, fmt.Sprintf(
 			"missing capabilities %s: run the collector as root, or grant them to the binary "+
-				"(sudo setcap cap_bpf,cap_perfmon,cap_net_admin+ep ./_build/tokenwire) or, on Kubernetes, "+
+				"(sudo setcap %s+ep ./_build/tokenwire) or, on Kubernetes, "+
 				"add them to the container's securityContext.capabilities",
-			strings.Join(missing, ", ")))
+			strings.Join(missing, ", "), grant))
 	}
 	if len(problems) == 0 {
 		return nil

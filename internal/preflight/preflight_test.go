@@ -1,9 +1,15 @@
 package preflight
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"golang.org/x/sys/unix"
 )
 
 func TestCheck(t *testing.T) {
@@ -21,11 +27,11 @@ func TestCheck(t *testing.T) {
 		{name: "CAP_SYS_ADMIN covers BPF and PERFMON", caps: 1 << capSysAdmin},
 		{
 			name: "no capabilities", needs: Needs{NetAdmin: true},
-			want: []string{"missing capabilities CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN", "run the collector as root", "setcap"},
+			want: []string{"missing capabilities CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN", "run the collector as root", "setcap cap_bpf,cap_perfmon,cap_net_admin+ep"},
 		},
 		{
 			name: "only CAP_PERFMON missing", caps: 1 << capBPF,
-			want: []string{"missing capabilities CAP_PERFMON:"}, wantNot: []string{"CAP_BPF,", "CAP_NET_ADMIN"},
+			want: []string{"missing capabilities CAP_PERFMON:", "setcap cap_bpf,cap_perfmon+ep"}, wantNot: []string{"CAP_BPF,", "CAP_NET_ADMIN", "cap_net_admin"},
 		},
 		{
 			name: "no BTF", caps: ^uint64(0), btfErr: &os.PathError{Op: "stat", Path: BTFPath, Err: os.ErrNotExist},
@@ -69,4 +75,72 @@ func TestCheckThisProcess(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "CAP_") {
 		t.Fatalf("unprivileged process passed or got a vague error: %v", err)
 	}
+}
+
+func TestCheckSyscallMessages(t *testing.T) {
+	if err := checkSyscall(nil, 2); err != nil {
+		t.Fatalf("a reachable bpf() failed the check: %v", err)
+	}
+	err := checkSyscall(unix.EPERM, 2)
+	if err == nil || !strings.Contains(err.Error(), "seccomp filter refuses the bpf() system call") ||
+		strings.Contains(err.Error(), "MEMLOCK") {
+		t.Errorf("seccomp refusal: %v", err)
+	}
+	if err := checkSyscall(unix.EPERM, 0); err == nil || !strings.Contains(err.Error(), "security module") {
+		t.Errorf("refusal without seccomp: %v", err)
+	}
+}
+
+// seccompChildEnv makes the test binary, run again as a child, refuse
+// bpf() with a seccomp filter and print what Check says.
+const seccompChildEnv = "TOKENWIRE_PREFLIGHT_SECCOMP_CHILD"
+
+// TestSeccompRefusalIsNamed runs Check in a child process whose seccomp
+// filter refuses bpf() the way Docker's default profile does.
+func TestSeccompRefusalIsNamed(t *testing.T) {
+	if os.Getenv(seccompChildEnv) != "" {
+		if err := refuseBPF(); err != nil {
+			fmt.Println("installing the filter:", err)
+			os.Exit(2)
+		}
+		fmt.Println("check:", Check(Needs{}))
+		os.Exit(0)
+	}
+	bpftest.Require(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSeccompRefusalIsNamed$")
+	cmd.Env = append(os.Environ(), seccompChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "seccomp filter refuses the bpf() system call") {
+		t.Fatalf("Check under a seccomp filter that refuses bpf() said:\n%s", out)
+	}
+}
+
+// refuseBPF installs, on every thread of the process, a seccomp filter
+// that answers bpf() with EPERM and allows everything else.
+func refuseBPF() error {
+	const (
+		ldAbsW   = 0x20 // BPF_LD | BPF_W | BPF_ABS
+		jeqK     = 0x15 // BPF_JMP | BPF_JEQ | BPF_K
+		retK     = 0x06 // BPF_RET | BPF_K
+		retErrno = 0x00050000
+		retAllow = 0x7fff0000
+	)
+	filter := []unix.SockFilter{
+		{Code: ldAbsW, K: 0}, // seccomp_data.nr
+		{Code: jeqK, Jt: 0, Jf: 1, K: unix.SYS_BPF},
+		{Code: retK, K: retErrno | uint32(unix.EPERM)},
+		{Code: retK, K: retAllow},
+	}
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog))); errno != 0 {
+		return errno
+	}
+	return nil
 }
