@@ -39,6 +39,10 @@
 #include "syscall_io.h"
 #include "stream_state.h"
 #include "stream_peek.h"
+#include "stream_write.h"
+#include "stream_tls_records.h"
+#include "stream_tls.h"
+#include "stream_tls_probes.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -55,6 +59,10 @@ const enum tw_stream_counter *unused_tw_stream_counter __attribute__((unused));
 const enum tw_response_flag *unused_tw_response_flag __attribute__((unused));
 const enum tw_body_flag *unused_tw_body_flag __attribute__((unused));
 const enum tw_stream_state *unused_tw_stream_state __attribute__((unused));
+const enum tw_stats_flag *unused_tw_stats_flag __attribute__((unused));
+const enum tw_tls_proc_state *unused_tw_tls_proc_state __attribute__((unused));
+const enum tw_tls_lib *unused_tw_tls_lib __attribute__((unused));
+const struct tw_tls_proc *unused_tw_tls_proc __attribute__((unused));
 
 /* ---- the four events ---- */
 
@@ -76,6 +84,11 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 	struct stream_state *st = track(sk, typed, now);
 	if (!st)
 		return 0;
+	if (st->tls) {
+		/* Which bytes are a request is for the reads to tell. */
+		tls_arrival(sk, st, now);
+		return 0;
+	}
 	if (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED) && !st->pending_req_ts) {
 		/* A request pipelined behind a chunked response that is still
 		 * being written: it starts when that one's terminator ends it. A
@@ -99,8 +112,19 @@ static __always_inline int on_recv_length(const struct sock *sk, int ret, int fl
 	if (ret <= 0 || (flags & MSG_PEEK) || !watched_sock(sk, typed))
 		return 0;
 	struct stream_state *st = state_of(sk);
-	if (!st || st->state != TW_ST_REQUEST)
+	if (!st)
 		return 0;
+	if (st->tls) {
+		tls_recv(sk, st, ret);
+		return 0;
+	}
+	if (st->state != TW_ST_REQUEST)
+		return 0;
+	/* The first read of a connection: a TLS ClientHello? */
+	if (st->seq == 1 && st->req_captured == 0 && tls_client_hello(sk, st, ret)) {
+		tls_recv(sk, st, ret);
+		return 0;
+	}
 	capture_request(sk, st, ret);
 	return 0;
 }
@@ -110,46 +134,16 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	if (ret <= 0 || !watched_sock(sk, typed))
 		return 0;
 	struct stream_state *st = state_of(sk);
+	if (!st)
+		return 0;
+	if (st->tls)
+		return tls_sent(sk, st, ret);
 	/* In IDLE only a response right after a chunked one ended is looked
 	 * at: the answer to a request pipelined behind it. */
-	if (!st || (st->state == TW_ST_IDLE && !st->ended_by_terminator))
+	if (st->state == TW_ST_IDLE && !st->ended_by_terminator)
 		return 0;
 	__u8 flags = peek_sent(sk, st, ret);
-	__u8 head = flags >> WRITE_HEAD_SHIFT;
-	__u64 now = bpf_ktime_get_ns();
-	if (head & TW_RESP_INTERIM)
-		return 0; /* 100 Continue, 103 Early Hints: the response is yet to come */
-	if (st->state == TW_ST_IDLE) {
-		st->ended_by_terminator = 0;
-		if (!(head & TW_RESP_HTTP))
-			return 0;
-		begin_stream(st, st->req_ts, now); /* it arrived with the previous request */
-	}
-	if (st->state == TW_ST_REQUEST) {
-		st->state = TW_ST_RESPONSE;
-		st->resp_flags = head;
-		st->headers_ts = now;
-		st->pid = bpf_get_current_pid_tgid() >> 32;
-		if (!(flags & WRITE_PEEKED) || !(head & TW_RESP_HTTP)) {
-			chunk(sk, st, ret, now); /* opaque: every write is a chunk */
-			return 0;
-		}
-		/* http: the head write is not a chunk here; any body bytes it
-		 * carried are credited in user space from head_bytes. */
-		st->head_bytes = ret;
-		return 0;
-	}
-	if (flags & WRITE_TERMINATOR) {
-		if (flags & WRITE_DATA)
-			chunk(sk, st, ret, now); /* the last chunk and the terminator in one write */
-		else
-			st->bytes += ret;
-		end_stream(sk, st, TW_END_TERMINATOR, now);
-		if (st->pending_req_ts)
-			begin_stream(st, st->pending_req_ts, now);
-		return 0;
-	}
-	chunk(sk, st, ret, now);
+	account_write(sk, st, flags, ret, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -163,6 +157,12 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	struct stream_state *st = state_of(sk);
 	if (!st)
 		return 0;
+	int moved = st->tls & TLS_MOVED;
+	if (moved && !(st = moved_state(sk))) {
+		if (newstate == TCP_CLOSE)
+			forget(sk, 1);
+		return 0;
+	}
 	__u64 now = bpf_ktime_get_ns();
 	if (newstate == TCP_CLOSE_WAIT) {
 		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);
@@ -174,7 +174,7 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	}
 	int err = BPF_CORE_READ(sk, sk_err);
 	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
-	forget(sk);
+	forget(sk, moved);
 	return 0;
 }
 

@@ -75,24 +75,22 @@ static __always_inline int payload_send(struct payload_buf *b, const void *src, 
 
 #define REQ_SLICES 16 /* slices one read may send: 64 KiB */
 
-/* capture_request copies the request from the buffer the application just
- * read it into, as slices of up to TW_REQ_SLICE bytes, until
- * request_capture_max bytes of it are sent. User space reads them in
- * order, by offset. */
-static __always_inline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
+/* capture_from copies n of the ret bytes the application just read (at
+ * buf) to user space, as slices of up to TW_REQ_SLICE bytes, until
+ * request_capture_max bytes of the request are sent. User space reads
+ * them in order, by offset. */
+static __always_inline void capture_from(const struct sock *sk, struct stream_state *st, const char *buf, __u64 n,
+					 __u64 ret)
 {
 	if (st->req_captured >= request_capture_max)
 		return;
-	struct user_io io;
-	if (syscall_io(&io))
-		return;
-	__u64 n = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+	if (n > ret)
+		n = ret;
 	if (n > request_capture_max - st->req_captured)
 		n = request_capture_max - st->req_captured;
 	struct payload_buf *b = payload_start(sk, st, TW_REC_REQUEST, 0, ret);
 	if (!b)
 		return;
-	const char *buf = io.iov[0].iov_base;
 	__u32 off = 0;
 	for (int i = 0; i < REQ_SLICES; i++) {
 		if (off >= n)
@@ -104,6 +102,17 @@ static __always_inline void capture_request(const struct sock *sk, struct stream
 		off += k;
 	}
 	st->req_captured += ret;
+}
+
+/* capture_request captures what the current read syscall just read. */
+static __always_inline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
+{
+	if (st->req_captured >= request_capture_max)
+		return;
+	struct user_io io;
+	if (syscall_io(&io))
+		return;
+	capture_from(sk, st, io.iov[0].iov_base, io.iov[0].iov_len, ret);
 }
 
 static __always_inline int is_hex(char c)
@@ -349,6 +358,53 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 	return WRITE_PEEKED;
 }
 
+/* short_flags classifies a body write of ret <= 32 bytes, read whole. */
+static __always_inline __u8 short_flags(const struct sock *sk, const struct stream_state *st,
+					const struct user_io *io, __u64 ret)
+{
+	if (st->chunks == 0)
+		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret,
+			  ret, 0);
+	return sent_flags(io, ret);
+}
+
+/* gathered_flags classifies a body write of ret > 32 bytes from its
+ * buffers: the ones holding its last byte, and the one before. */
+static __always_inline __u8 gathered_flags(const struct sock *sk, const struct stream_state *st,
+					   const struct user_io *io, __u64 ret)
+{
+	const char *base = NULL, *prev = NULL;
+	__u64 used = 0, prev_len = 0, left = ret;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= io->nr)
+			break;
+		__u64 len = io->iov[i].iov_len;
+		if (left <= len) {
+			base = io->iov[i].iov_base;
+			used = left;
+			break;
+		}
+		prev = io->iov[i].iov_base;
+		prev_len = len;
+		left -= len;
+	}
+	if (!base)
+		return WRITE_PEEKED;
+	if (st->chunks == 0)
+		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret, ret, 0);
+	if (used == 5) { /* the terminator in a buffer of its own, after the last chunk */
+		char t[5];
+		if (!bpf_probe_read_user(t, sizeof(t), base) && t[0] == '0' && t[1] == '\r' && t[2] == '\n' &&
+		    t[3] == '\r' && t[4] == '\n')
+			return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+	}
+	if (used >= 16)
+		return tail_flags(sk, st, base + used, used, ret);
+	if (used <= 2 && prev && prev_len >= 16) /* a chunk's data, then its CRLF */
+		return tail_flags(sk, st, prev + prev_len, prev_len, ret);
+	return WRITE_PEEKED;
+}
+
 /* body_flags classifies a body write of ret bytes at the least cost. A
  * short write (where terminators and [DONE] events are: up to 32 bytes)
  * is read whole. Of a longer one only the last 16 bytes are read: straight
@@ -362,10 +418,7 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 	if (ret <= 32) {
 		if (syscall_io(&io))
 			return 0;
-		if (st->chunks == 0)
-			send_body(sk, st, TW_BODY_FIRST, io.iov[0].iov_base, io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret,
-				  ret, 0);
-		return sent_flags(&io, ret);
+		return short_flags(sk, st, &io, ret);
 	}
 	struct syscall_args a;
 	if (syscall_args(&a))
@@ -377,37 +430,7 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 	}
 	if (syscall_io_of(&a, &io))
 		return 0;
-	/* The buffers holding the write's last byte, and the one before. */
-	const char *base = NULL, *prev = NULL;
-	__u64 used = 0, prev_len = 0, left = ret;
-	for (int i = 0; i < MAX_IOV; i++) {
-		if (i >= io.nr)
-			break;
-		__u64 len = io.iov[i].iov_len;
-		if (left <= len) {
-			base = io.iov[i].iov_base;
-			used = left;
-			break;
-		}
-		prev = io.iov[i].iov_base;
-		prev_len = len;
-		left -= len;
-	}
-	if (!base)
-		return WRITE_PEEKED;
-	if (st->chunks == 0)
-		send_body(sk, st, TW_BODY_FIRST, io.iov[0].iov_base, io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret, ret, 0);
-	if (used == 5) { /* the terminator in a buffer of its own, after the last chunk */
-		char t[5];
-		if (!bpf_probe_read_user(t, sizeof(t), base) && t[0] == '0' && t[1] == '\r' && t[2] == '\n' &&
-		    t[3] == '\r' && t[4] == '\n')
-			return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
-	}
-	if (used >= 16)
-		return tail_flags(sk, st, base + used, used, ret);
-	if (used <= 2 && prev && prev_len >= 16) /* a chunk's data, then its CRLF */
-		return tail_flags(sk, st, prev + prev_len, prev_len, ret);
-	return WRITE_PEEKED;
+	return gathered_flags(sk, st, &io, ret);
 }
 
 /* peek_sent looks at what a finished write carried, from the writer's own
@@ -423,6 +446,23 @@ static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state
 		return 0;
 	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
 	return WRITE_PEEKED | (peek_response(sk, st, io.iov[0].iov_base, len, ret) << WRITE_HEAD_SHIFT);
+}
+
+/* peek_plain is peek_sent for a write of n bytes of plaintext at buf
+ * that a TLS library was handed (stream_tls.h): one buffer, like write(). */
+static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_state *st, const char *buf, __u64 n)
+{
+	if (st->state != TW_ST_RESPONSE)
+		return WRITE_PEEKED | (peek_response(sk, st, buf, n, n) << WRITE_HEAD_SHIFT);
+	if (n <= 32) {
+		struct user_io io = {.nr = 1};
+		io.iov[0].iov_base = (void *)buf;
+		io.iov[0].iov_len = n;
+		return short_flags(sk, st, &io, n);
+	}
+	if (st->chunks == 0)
+		send_body(sk, st, TW_BODY_FIRST, buf, n, n, 0);
+	return tail_flags(sk, st, buf + n, n, n);
 }
 
 #endif

@@ -25,7 +25,7 @@ struct stream_state {
 	__u8 state;      /* enum tw_stream_state */
 	__u8 resp_flags; /* enum tw_response_flag of this response */
 	__u8 ended_by_terminator; /* IDLE after a chunked response's end */
-	__u8 _pad;
+	__u8 tls;                 /* TLS_* (stream_tls.h): 0 on a plaintext connection */
 	__u32 seq;
 	__u32 _pad2;
 	/* per chunk, one bucket */
@@ -41,6 +41,16 @@ struct stream_state {
 	__u32 portpair;     /* fallback map: tells a reused socket address apart */
 	__u64 gen;          /* when the connection was first seen; 0: new state */
 	__u64 pending_req_ts; /* a request that came during a chunked response */
+	/* per TLS connection (stream_tls.h) */
+	__u64 rx_ts;    /* when the client's bytes last reached the socket */
+	__u32 rx_left;  /* bytes of the client's current TLS record not read yet */
+	__u32 tx_left;  /* bytes of the server's current TLS record not written yet */
+	__u8 tls13;     /* the server encrypted records before the client did: TLS 1.3 */
+	__u8 cli_23;    /* the client sent an encrypted record */
+	__u8 cli_fin;   /* TLS 1.3: the client's Finished went by */
+	__u8 fin_skips; /* TLS 1.3: client records taken for its handshake so far */
+	__u8 tx_app;    /* the server's current record is application data */
+	__u8 _pad3[3];
 };
 
 /* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
@@ -151,8 +161,8 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 			/* An earlier socket at this address closed without the
 			 * probe seeing it: its state is not this connection's. */
 			count(&tw_st_counters, TW_ST_COUNTER_STALE);
-			st->state = TW_ST_IDLE;
-			st->seq = 0;
+			struct stream_state fresh = {};
+			*st = fresh;
 		} else {
 			struct stream_state fresh = {};
 			if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0 ||
@@ -168,16 +178,38 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 	return st;
 }
 
-/* forget drops the state of a closing socket. */
-static __always_inline void forget(const struct sock *sk)
+/* forget drops the state of a closing socket: its socket storage, and
+ * its entry in tw_st_socks (where a TLS connection's state moves for the
+ * uprobes to reach it, stream_tls.h). */
+static __always_inline void forget(const struct sock *sk, int in_map)
 {
 	count(&tw_st_counters, TW_ST_COUNTER_CLOSED);
-	if (state_in_sk) {
+	if (state_in_sk)
 		bpf_sk_storage_delete(&tw_st_sk, (struct sock *)sk);
-		return;
+	if (!state_in_sk || in_map) {
+		__u64 key = (__u64)sk;
+		bpf_map_delete_elem(&tw_st_socks, &key);
 	}
-	__u64 key = (__u64)sk;
-	bpf_map_delete_elem(&tw_st_socks, &key);
+}
+
+/* Flags of stream_state.tls. A TLS connection is read as plaintext
+ * (TLS_PLAIN) when its process's TLS library is probed as it begins:
+ * uprobes then drive its state machine from the plaintext, and need its
+ * state where they can find it (tw_st_socks: socket storage is for
+ * BTF-typed hooks only), so with socket storage it moves there and the
+ * socket's own copy is a stub marked TLS_MOVED. Otherwise (TLS_SEEN
+ * alone) it is timed from its record headers. */
+#define TLS_SEEN 1
+#define TLS_PLAIN 2
+#define TLS_MOVED 4
+#define TLS_C 8   /* the process's library is keyed by thread (OpenSSL API) */
+#define TLS_GO 16 /* ... by goroutine (Go crypto/tls) */
+
+static __always_inline __u32 stats_flags(__u8 tls)
+{
+	if (tls & TLS_PLAIN)
+		return TW_STATS_TLS;
+	return tls ? TW_STATS_TLS_OPAQUE : 0;
 }
 
 /* emit_stats sends a PROGRESS, END or CHUNK record from the state. */
@@ -206,6 +238,8 @@ static __always_inline void emit_stats(const struct sock *sk, struct stream_stat
 	r->chunks = st->chunks;
 	r->pid = st->pid;
 	r->head_bytes = st->head_bytes;
+	r->flags = stats_flags(st->tls);
+	r->_pad = 0;
 	for (int i = 0; i < TW_GAP_BUCKETS; i++) {
 		r->gap_counts[i] = st->gap_counts[i];
 		st->gap_counts[i] = 0;

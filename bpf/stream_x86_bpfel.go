@@ -59,7 +59,7 @@ type StreamStreamState struct {
 	State             uint8
 	RespFlags         uint8
 	EndedByTerminator uint8
-	Pad               uint8
+	Tls               uint8
 	Seq               uint32
 	Pad2              uint32
 	GapCounts         [17]uint32
@@ -73,6 +73,15 @@ type StreamStreamState struct {
 	Portpair          uint32
 	Gen               uint64
 	PendingReqTs      uint64
+	RxTs              uint64
+	RxLeft            uint32
+	TxLeft            uint32
+	Tls13             uint8
+	Cli23             uint8
+	CliFin            uint8
+	FinSkips          uint8
+	TxApp             uint8
+	Pad3              [3]uint8
 }
 
 type StreamStreamStats struct {
@@ -90,7 +99,45 @@ type StreamStreamStats struct {
 	Pid          uint32
 	GapCounts    [17]uint32
 	HeadBytes    uint32
+	Flags        uint32
 	Ep           StreamTwEndpoints
+	Pad          uint32
+}
+
+type StreamTlsCall struct {
+	_      structs.HostLayout
+	RdSsl  uint64
+	RdBuf  uint64
+	RdLenp uint64
+	RdSk   uint64
+	RdGen  uint64
+	WrSsl  uint64
+	WrBuf  uint64
+	WrLenp uint64
+	RxSk   uint64
+	RxGen  uint64
+	RdNest uint32
+	WrNest uint32
+}
+
+type StreamTlsCallKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	ByG  uint32
+	Id   uint64
+}
+
+type StreamTlsConn struct {
+	_   structs.HostLayout
+	Sk  uint64
+	Gen uint64
+}
+
+type StreamTlsConnKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Ssl  uint64
 }
 
 type StreamTwBodyFlag uint32
@@ -130,6 +177,13 @@ const (
 	StreamTwResponseFlagTW_RESP_INTERIM StreamTwResponseFlag = 4
 )
 
+type StreamTwStatsFlag uint32
+
+const (
+	StreamTwStatsFlagTW_STATS_TLS        StreamTwStatsFlag = 1
+	StreamTwStatsFlagTW_STATS_TLS_OPAQUE StreamTwStatsFlag = 2
+)
+
 type StreamTwStreamCounter uint32
 
 const (
@@ -138,7 +192,10 @@ const (
 	StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED StreamTwStreamCounter = 2
 	StreamTwStreamCounterTW_ST_COUNTER_CLOSED       StreamTwStreamCounter = 3
 	StreamTwStreamCounterTW_ST_COUNTER_STALE        StreamTwStreamCounter = 4
-	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 5
+	StreamTwStreamCounterTW_ST_COUNTER_TLS          StreamTwStreamCounter = 5
+	StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN    StreamTwStreamCounter = 6
+	StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM  StreamTwStreamCounter = 7
+	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 8
 )
 
 type StreamTwStreamRecord uint32
@@ -150,6 +207,7 @@ const (
 	StreamTwStreamRecordTW_REC_END      StreamTwStreamRecord = 4
 	StreamTwStreamRecordTW_REC_CHUNK    StreamTwStreamRecord = 5
 	StreamTwStreamRecordTW_REC_BODY     StreamTwStreamRecord = 6
+	StreamTwStreamRecordTW_REC_TLS_PROC StreamTwStreamRecord = 7
 )
 
 type StreamTwStreamState uint32
@@ -158,6 +216,29 @@ const (
 	StreamTwStreamStateTW_ST_IDLE     StreamTwStreamState = 0
 	StreamTwStreamStateTW_ST_REQUEST  StreamTwStreamState = 1
 	StreamTwStreamStateTW_ST_RESPONSE StreamTwStreamState = 2
+)
+
+type StreamTwTlsLib uint32
+
+const (
+	StreamTwTlsLibTW_TLS_LIB_OPENSSL StreamTwTlsLib = 1
+	StreamTwTlsLibTW_TLS_LIB_GO      StreamTwTlsLib = 2
+)
+
+type StreamTwTlsProc struct {
+	_     structs.HostLayout
+	State uint8
+	Libs  uint8
+	Pad   uint16
+	Pad2  uint32
+}
+
+type StreamTwTlsProcState uint32
+
+const (
+	StreamTwTlsProcStateTW_TLS_PROC_SEEN        StreamTwTlsProcState = 1
+	StreamTwTlsProcStateTW_TLS_PROC_PROBED      StreamTwTlsProcState = 2
+	StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE StreamTwTlsProcState = 3
 )
 
 // Names of all BPF objects in the ELF.
@@ -172,6 +253,9 @@ const (
 	StreamMapTwStScratch           = "tw_st_scratch"
 	StreamMapTwStSk                = "tw_st_sk"
 	StreamMapTwStSocks             = "tw_st_socks"
+	StreamMapTwStTlsCalls          = "tw_st_tls_calls"
+	StreamMapTwStTlsConns          = "tw_st_tls_conns"
+	StreamMapTwStTlsProcs          = "tw_st_tls_procs"
 	StreamProgTwStReadyBtf         = "tw_st_ready_btf"
 	StreamProgTwStReadyFe          = "tw_st_ready_fe"
 	StreamProgTwStReadyKp          = "tw_st_ready_kp"
@@ -196,6 +280,16 @@ const (
 	StreamProgTwStStateKp          = "tw_st_state_kp"
 	StreamProgTwStStateRaw         = "tw_st_state_raw"
 	StreamProgTwStStateTp          = "tw_st_state_tp"
+	StreamProgTwTlsGoRd            = "tw_tls_go_rd"
+	StreamProgTwTlsGoRdret         = "tw_tls_go_rdret"
+	StreamProgTwTlsGoWr            = "tw_tls_go_wr"
+	StreamProgTwTlsGoWrret         = "tw_tls_go_wrret"
+	StreamProgTwTlsRd              = "tw_tls_rd"
+	StreamProgTwTlsRdRet           = "tw_tls_rd_ret"
+	StreamProgTwTlsRdex            = "tw_tls_rdex"
+	StreamProgTwTlsWr              = "tw_tls_wr"
+	StreamProgTwTlsWrRet           = "tw_tls_wr_ret"
+	StreamProgTwTlsWrex            = "tw_tls_wrex"
 	StreamVarChunkRecords          = "chunk_records"
 	StreamVarCoalesceNs            = "coalesce_ns"
 	StreamVarFlushNs               = "flush_ns"
@@ -207,14 +301,19 @@ const (
 	StreamVarRequestCaptureMax     = "request_capture_max"
 	StreamVarStackRegsOffset       = "stack_regs_offset"
 	StreamVarStateInSk             = "state_in_sk"
+	StreamVarTlsUprobes            = "tls_uprobes"
 	StreamVarUnusedStreamPayload   = "unused_stream_payload"
 	StreamVarUnusedStreamStats     = "unused_stream_stats"
 	StreamVarUnusedTwBodyFlag      = "unused_tw_body_flag"
 	StreamVarUnusedTwEndReason     = "unused_tw_end_reason"
 	StreamVarUnusedTwResponseFlag  = "unused_tw_response_flag"
+	StreamVarUnusedTwStatsFlag     = "unused_tw_stats_flag"
 	StreamVarUnusedTwStreamCounter = "unused_tw_stream_counter"
 	StreamVarUnusedTwStreamRecord  = "unused_tw_stream_record"
 	StreamVarUnusedTwStreamState   = "unused_tw_stream_state"
+	StreamVarUnusedTwTlsLib        = "unused_tw_tls_lib"
+	StreamVarUnusedTwTlsProc       = "unused_tw_tls_proc"
+	StreamVarUnusedTwTlsProcState  = "unused_tw_tls_proc_state"
 	StreamVarWakeupBytes           = "wakeup_bytes"
 	StreamVarWatchPorts            = "watch_ports"
 )
@@ -285,6 +384,16 @@ type StreamProgramSpecs struct {
 	TwStStateKp  *ebpf.ProgramSpec `ebpf:"tw_st_state_kp"`
 	TwStStateRaw *ebpf.ProgramSpec `ebpf:"tw_st_state_raw"`
 	TwStStateTp  *ebpf.ProgramSpec `ebpf:"tw_st_state_tp"`
+	TwTlsGoRd    *ebpf.ProgramSpec `ebpf:"tw_tls_go_rd"`
+	TwTlsGoRdret *ebpf.ProgramSpec `ebpf:"tw_tls_go_rdret"`
+	TwTlsGoWr    *ebpf.ProgramSpec `ebpf:"tw_tls_go_wr"`
+	TwTlsGoWrret *ebpf.ProgramSpec `ebpf:"tw_tls_go_wrret"`
+	TwTlsRd      *ebpf.ProgramSpec `ebpf:"tw_tls_rd"`
+	TwTlsRdRet   *ebpf.ProgramSpec `ebpf:"tw_tls_rd_ret"`
+	TwTlsRdex    *ebpf.ProgramSpec `ebpf:"tw_tls_rdex"`
+	TwTlsWr      *ebpf.ProgramSpec `ebpf:"tw_tls_wr"`
+	TwTlsWrRet   *ebpf.ProgramSpec `ebpf:"tw_tls_wr_ret"`
+	TwTlsWrex    *ebpf.ProgramSpec `ebpf:"tw_tls_wrex"`
 }
 
 // StreamMapSpecs contains maps before they are loaded into the kernel.
@@ -299,6 +408,9 @@ type StreamMapSpecs struct {
 	TwStScratch  *ebpf.MapSpec `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.MapSpec `ebpf:"tw_st_sk"`
 	TwStSocks    *ebpf.MapSpec `ebpf:"tw_st_socks"`
+	TwStTlsCalls *ebpf.MapSpec `ebpf:"tw_st_tls_calls"`
+	TwStTlsConns *ebpf.MapSpec `ebpf:"tw_st_tls_conns"`
+	TwStTlsProcs *ebpf.MapSpec `ebpf:"tw_st_tls_procs"`
 }
 
 // StreamVariableSpecs contains global variables before they are loaded into the kernel.
@@ -316,14 +428,19 @@ type StreamVariableSpecs struct {
 	RequestCaptureMax     *ebpf.VariableSpec `ebpf:"request_capture_max"`
 	StackRegsOffset       *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.VariableSpec `ebpf:"state_in_sk"`
+	TlsUprobes            *ebpf.VariableSpec `ebpf:"tls_uprobes"`
 	UnusedStreamPayload   *ebpf.VariableSpec `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.VariableSpec `ebpf:"unused_stream_stats"`
 	UnusedTwBodyFlag      *ebpf.VariableSpec `ebpf:"unused_tw_body_flag"`
 	UnusedTwEndReason     *ebpf.VariableSpec `ebpf:"unused_tw_end_reason"`
 	UnusedTwResponseFlag  *ebpf.VariableSpec `ebpf:"unused_tw_response_flag"`
+	UnusedTwStatsFlag     *ebpf.VariableSpec `ebpf:"unused_tw_stats_flag"`
 	UnusedTwStreamCounter *ebpf.VariableSpec `ebpf:"unused_tw_stream_counter"`
 	UnusedTwStreamRecord  *ebpf.VariableSpec `ebpf:"unused_tw_stream_record"`
 	UnusedTwStreamState   *ebpf.VariableSpec `ebpf:"unused_tw_stream_state"`
+	UnusedTwTlsLib        *ebpf.VariableSpec `ebpf:"unused_tw_tls_lib"`
+	UnusedTwTlsProc       *ebpf.VariableSpec `ebpf:"unused_tw_tls_proc"`
+	UnusedTwTlsProcState  *ebpf.VariableSpec `ebpf:"unused_tw_tls_proc_state"`
 	WakeupBytes           *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 	WatchPorts            *ebpf.VariableSpec `ebpf:"watch_ports"`
 }
@@ -356,6 +473,9 @@ type StreamMaps struct {
 	TwStScratch  *ebpf.Map `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.Map `ebpf:"tw_st_sk"`
 	TwStSocks    *ebpf.Map `ebpf:"tw_st_socks"`
+	TwStTlsCalls *ebpf.Map `ebpf:"tw_st_tls_calls"`
+	TwStTlsConns *ebpf.Map `ebpf:"tw_st_tls_conns"`
+	TwStTlsProcs *ebpf.Map `ebpf:"tw_st_tls_procs"`
 }
 
 func (m *StreamMaps) Close() error {
@@ -368,6 +488,9 @@ func (m *StreamMaps) Close() error {
 		m.TwStScratch,
 		m.TwStSk,
 		m.TwStSocks,
+		m.TwStTlsCalls,
+		m.TwStTlsConns,
+		m.TwStTlsProcs,
 	)
 }
 
@@ -386,14 +509,19 @@ type StreamVariables struct {
 	RequestCaptureMax     *ebpf.Variable `ebpf:"request_capture_max"`
 	StackRegsOffset       *ebpf.Variable `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.Variable `ebpf:"state_in_sk"`
+	TlsUprobes            *ebpf.Variable `ebpf:"tls_uprobes"`
 	UnusedStreamPayload   *ebpf.Variable `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.Variable `ebpf:"unused_stream_stats"`
 	UnusedTwBodyFlag      *ebpf.Variable `ebpf:"unused_tw_body_flag"`
 	UnusedTwEndReason     *ebpf.Variable `ebpf:"unused_tw_end_reason"`
 	UnusedTwResponseFlag  *ebpf.Variable `ebpf:"unused_tw_response_flag"`
+	UnusedTwStatsFlag     *ebpf.Variable `ebpf:"unused_tw_stats_flag"`
 	UnusedTwStreamCounter *ebpf.Variable `ebpf:"unused_tw_stream_counter"`
 	UnusedTwStreamRecord  *ebpf.Variable `ebpf:"unused_tw_stream_record"`
 	UnusedTwStreamState   *ebpf.Variable `ebpf:"unused_tw_stream_state"`
+	UnusedTwTlsLib        *ebpf.Variable `ebpf:"unused_tw_tls_lib"`
+	UnusedTwTlsProc       *ebpf.Variable `ebpf:"unused_tw_tls_proc"`
+	UnusedTwTlsProcState  *ebpf.Variable `ebpf:"unused_tw_tls_proc_state"`
 	WakeupBytes           *ebpf.Variable `ebpf:"wakeup_bytes"`
 	WatchPorts            *ebpf.Variable `ebpf:"watch_ports"`
 }
@@ -426,6 +554,16 @@ type StreamPrograms struct {
 	TwStStateKp  *ebpf.Program `ebpf:"tw_st_state_kp"`
 	TwStStateRaw *ebpf.Program `ebpf:"tw_st_state_raw"`
 	TwStStateTp  *ebpf.Program `ebpf:"tw_st_state_tp"`
+	TwTlsGoRd    *ebpf.Program `ebpf:"tw_tls_go_rd"`
+	TwTlsGoRdret *ebpf.Program `ebpf:"tw_tls_go_rdret"`
+	TwTlsGoWr    *ebpf.Program `ebpf:"tw_tls_go_wr"`
+	TwTlsGoWrret *ebpf.Program `ebpf:"tw_tls_go_wrret"`
+	TwTlsRd      *ebpf.Program `ebpf:"tw_tls_rd"`
+	TwTlsRdRet   *ebpf.Program `ebpf:"tw_tls_rd_ret"`
+	TwTlsRdex    *ebpf.Program `ebpf:"tw_tls_rdex"`
+	TwTlsWr      *ebpf.Program `ebpf:"tw_tls_wr"`
+	TwTlsWrRet   *ebpf.Program `ebpf:"tw_tls_wr_ret"`
+	TwTlsWrex    *ebpf.Program `ebpf:"tw_tls_wrex"`
 }
 
 func (p *StreamPrograms) Close() error {
@@ -454,6 +592,16 @@ func (p *StreamPrograms) Close() error {
 		p.TwStStateKp,
 		p.TwStStateRaw,
 		p.TwStStateTp,
+		p.TwTlsGoRd,
+		p.TwTlsGoRdret,
+		p.TwTlsGoWr,
+		p.TwTlsGoWrret,
+		p.TwTlsRd,
+		p.TwTlsRdRet,
+		p.TwTlsRdex,
+		p.TwTlsWr,
+		p.TwTlsWrRet,
+		p.TwTlsWrex,
 	)
 }
 

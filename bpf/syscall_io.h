@@ -82,6 +82,27 @@ static __always_inline int syscall_args(struct syscall_args *a)
 	return 0;
 }
 
+/* user_r14 returns R14 as the current task entered its syscall: in Go
+ * code (the register ABI) the running goroutine, g; 0 when unknown. */
+static __always_inline __u64 user_r14(void)
+{
+	if (regs_from_btf) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		return regs ? regs->r14 : 0;
+	}
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	const void *regs = BPF_CORE_READ(task, stack);
+	__u64 cs = 0, r14 = 0;
+	if (!regs)
+		return 0;
+	regs += stack_regs_offset;
+	if (bpf_probe_read_kernel(&cs, sizeof(cs), regs + offsetof(struct pt_regs, cs)) || cs != USER_CS ||
+	    bpf_probe_read_kernel(&r14, sizeof(r14), regs + offsetof(struct pt_regs, r14)))
+		return 0;
+	return r14;
+}
+
 /* syscall_io fills io from the current syscall's arguments. */
 static __always_inline int syscall_io_of(const struct syscall_args *sa, struct user_io *io);
 

@@ -80,6 +80,7 @@ enum tw_stream_record {
 	TW_REC_END = 4,      /* the stream ended */
 	TW_REC_CHUNK = 5,    /* one body chunk (only with chunk_records on) */
 	TW_REC_BODY = 6,     /* bytes of a body write: the first, or one that may end the stream */
+	TW_REC_TLS_PROC = 7, /* a process unknown to user space read a TLS ClientHello on a watched port (pid, comm) */
 };
 
 /* Flags of a BODY record (in reason). */
@@ -149,7 +150,39 @@ struct stream_stats {
 	/* http mode: bytes of the first write (status line, headers and maybe
 	 * the first body bytes; user space splits them, see stream.Stats). */
 	__u32 head_bytes;
+	__u32 flags;            /* enum tw_stats_flag */
 	struct tw_endpoints ep; /* local: the server */
+	__u32 _pad;
+};
+
+/* Flags of PROGRESS, END and CHUNK records: how the stream's bytes were
+ * read. Neither: plaintext from the socket's own syscalls. */
+enum tw_stats_flag {
+	TW_STATS_TLS = 1 << 0,        /* TLS, its plaintext read by uprobes on the TLS library */
+	TW_STATS_TLS_OPAQUE = 1 << 1, /* TLS without plaintext: timed from record headers */
+};
+
+/* What user space knows of a process that serves a watched port with TLS
+ * (tw_st_tls_procs, keyed by tgid). The kernel adds SEEN when it first
+ * sees the process read a ClientHello, and tells user space once. */
+enum tw_tls_proc_state {
+	TW_TLS_PROC_SEEN = 1,        /* reported to user space, not probed (yet) */
+	TW_TLS_PROC_PROBED = 2,      /* uprobes on its TLS library are attached */
+	TW_TLS_PROC_UNPROBEABLE = 3, /* no library the probe knows: its TLS stays opaque */
+};
+
+/* The TLS libraries a probed process's uprobes cover: they say how a call
+ * is keyed between its entry, the socket reads inside it and its return. */
+enum tw_tls_lib {
+	TW_TLS_LIB_OPENSSL = 1 << 0, /* OpenSSL or BoringSSL API (SSL_read, SSL_write): by thread */
+	TW_TLS_LIB_GO = 1 << 1,      /* Go crypto/tls: by goroutine (g, in R14) */
+};
+
+struct tw_tls_proc {
+	__u8 state; /* enum tw_tls_proc_state */
+	__u8 libs;  /* enum tw_tls_lib */
+	__u16 _pad;
+	__u32 _pad2;
 };
 
 enum tw_stream_counter {
@@ -158,6 +191,9 @@ enum tw_stream_counter {
 	TW_ST_COUNTER_TRACK_FAILED,    /* refused: no room for their state */
 	TW_ST_COUNTER_CLOSED,          /* tracked connections that closed */
 	TW_ST_COUNTER_STALE,           /* state of a socket whose close was not seen, found by its successor */
+	TW_ST_COUNTER_TLS,             /* connections that began with a TLS ClientHello */
+	TW_ST_COUNTER_TLS_PLAIN,       /* of those, in a probed process: read as plaintext */
+	TW_ST_COUNTER_TLS_NO_ROOM,     /* of those, no room in tw_st_socks for uprobes to reach their state: opaque */
 	TW_ST_COUNTER_MAX,
 };
 

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Streams over TLS. A server socket whose first bytes are a ClientHello is
+ * a TLS connection; how it is read depends on its process:
+ *
+ *   probed (user space attached uprobes to its TLS library's read and
+ *   write functions, tw_st_tls_procs): the plaintext drives the state
+ *   machine. A read call's return starts a request and captures it, a
+ *   write call's return is a response write, peeked and accounted like a
+ *   plaintext one, with plaintext byte counts. The socket hooks then only
+ *   note when bytes arrive (the request's time) and which socket a read
+ *   call read from: so the uprobes learn which socket a TLS object (SSL *,
+ *   *tls.Conn) is, in a bounded map. Writes on the socket itself
+ *   (ciphertext, handshake, tickets, alerts) are not looked at.
+ *
+ *   otherwise: its record headers time it (stream_tls_records.h), and user
+ *   space is told once about the process, so that it can probe it.
+ *
+ * A read call and the socket read that feeds it are matched by thread
+ * (goroutine for Go): inside the call with the socket as the TLS object's
+ * BIO (nginx, curl, Go), or just before it with memory BIOs (Python's
+ * asyncio, Node), which read the socket and then hand the bytes to
+ * SSL_read on the same thread. Part of stream.bpf.c.
+ */
+#ifndef TOKENWIRE_STREAM_TLS_H
+#define TOKENWIRE_STREAM_TLS_H
+
+/* Processes that serve a watched port with TLS, by tgid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct tw_tls_proc);
+} tw_st_tls_procs SEC(".maps");
+
+/* A thread's (or goroutine's) TLS calls in flight, and the watched TLS
+ * socket it read last that no read call claimed yet. */
+struct tls_call_key {
+	__u32 tgid;
+	__u32 by_g; /* id is a goroutine (Go), not a thread */
+	__u64 id;
+};
+
+struct tls_call {
+	__u64 rd_ssl, rd_buf, rd_lenp; /* a read call: its TLS object, buffer, SSL_read_ex's length */
+	__u64 rd_sk, rd_gen;           /* a watched socket read inside it */
+	__u64 wr_ssl, wr_buf, wr_lenp; /* a write call */
+	__u64 rx_sk, rx_gen;           /* the socket read last, unclaimed */
+	__u32 rd_nest, wr_nest;        /* calls of the same call inside it (an _ex wrapping the other) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct tls_call_key);
+	__type(value, struct tls_call);
+} tw_st_tls_calls SEC(".maps");
+
+/* Which socket a TLS object is, and the generation of the socket's state
+ * then (a freed and reused object or socket is not mistaken). */
+struct tls_conn_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 ssl;
+};
+
+struct tls_conn {
+	__u64 sk;
+	__u64 gen;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct tls_conn_key);
+	__type(value, struct tls_conn);
+} tw_st_tls_conns SEC(".maps");
+
+/* Set by user space: processes can be probed (streams.tls), so the ones
+ * that read TLS on a watched port are worth telling it about. */
+const volatile __u8 tls_uprobes = 0;
+
+/* moved_state is the state of a socket whose state moved to tw_st_socks. */
+static __always_inline struct stream_state *moved_state(const struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	return bpf_map_lookup_elem(&tw_st_socks, &key);
+}
+
+/* tls_discover tells user space, once, that a process it does not know of
+ * reads TLS on a watched port. Woken at once: the sooner it is probed,
+ * the fewer of its streams stay opaque. */
+static __always_inline void tls_discover(__u32 tgid)
+{
+	struct tw_tls_proc seen = {.state = TW_TLS_PROC_SEEN};
+	if (bpf_map_update_elem(&tw_st_tls_procs, &tgid, &seen, BPF_NOEXIST))
+		return;
+	struct stream_payload *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
+	if (!r) {
+		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+		return;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	r->id.kind = TW_REC_TLS_PROC;
+	r->ts_ns = bpf_ktime_get_ns();
+	r->pid = tgid;
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+}
+
+/* tls_plain makes a TLS connection of a probed process plaintext-driven,
+ * its state where the uprobes can reach it. */
+static __always_inline void tls_plain(const struct sock *sk, struct stream_state *st, __u8 libs)
+{
+	__u8 tls = TLS_SEEN | TLS_PLAIN | (libs & TW_TLS_LIB_OPENSSL ? TLS_C : 0) | (libs & TW_TLS_LIB_GO ? TLS_GO : 0);
+	st->tls = tls;
+	if (state_in_sk) {
+		__u64 key = (__u64)sk;
+		/* BPF_ANY: an entry at this address is a closed socket's. */
+		if (bpf_map_update_elem(&tw_st_socks, &key, st, BPF_ANY)) {
+			count(&tw_st_counters, TW_ST_COUNTER_TLS_NO_ROOM);
+			st->tls = TLS_SEEN;
+			return;
+		}
+		st->tls = tls | TLS_MOVED;
+	}
+	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
+}
+
+/* tls_client_hello looks at the first read of a connection (ret bytes):
+ * if it is a TLS ClientHello (or its record header alone, as OpenSSL
+ * reads it), the connection is TLS, and the read is no request: the
+ * caller passes it to tls_recv. */
+static __always_inline int tls_client_hello(const struct sock *sk, struct stream_state *st, int ret)
+{
+	struct user_io io;
+	__u8 h[5];
+	if (ret < 5 || syscall_io(&io) || io.iov[0].iov_len < 5 || bpf_probe_read_user(h, sizeof(h), io.iov[0].iov_base))
+		return 0;
+	if (h[0] != 22 || h[1] != 3 || h[2] > 4)
+		return 0;
+	st->state = TW_ST_IDLE; /* no END: this was no request */
+	st->tls = TLS_SEEN;
+	count(&tw_st_counters, TW_ST_COUNTER_TLS);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
+	if (!p) {
+		if (tls_uprobes)
+			tls_discover(tgid);
+	}
+	else if (p->state == TW_TLS_PROC_PROBED)
+		tls_plain(sk, st, p->libs);
+	return 1;
+}
+
+/* tls_call_of returns the calls of key, made when create is set. */
+static __always_inline struct tls_call *tls_call_of(const struct tls_call_key *key, int create)
+{
+	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
+	if (c || !create)
+		return c;
+	struct tls_call zero = {};
+	bpf_map_update_elem(&tw_st_tls_calls, key, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&tw_st_tls_calls, key);
+}
+
+static __always_inline void note_read_by(struct tls_call_key *key, const struct sock *sk, __u64 gen)
+{
+	struct tls_call *c = tls_call_of(key, 1);
+	if (!c)
+		return;
+	c->rx_sk = (__u64)sk;
+	c->rx_gen = gen;
+	if (c->rd_ssl) {
+		c->rd_sk = (__u64)sk;
+		c->rd_gen = gen;
+	}
+}
+
+/* note_read records that the current thread (and goroutine) read the
+ * plaintext-driven TLS socket sk, for the read call that gets its bytes. */
+static __always_inline void note_read(const struct sock *sk, const struct stream_state *st)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call_key key = {.tgid = id >> 32};
+	if (st->tls & TLS_C) {
+		key.id = id;
+		note_read_by(&key, sk, st->gen);
+	}
+	if (st->tls & TLS_GO) {
+		key.by_g = 1;
+		key.id = user_r14();
+		if (key.id)
+			note_read_by(&key, sk, st->gen);
+	}
+}
+
+/* The socket hooks on a TLS connection (st->tls set). */
+
+static __always_inline void tls_arrival(const struct sock *sk, struct stream_state *st, __u64 now)
+{
+	if (st->tls & TLS_MOVED)
+		st = moved_state(sk);
+	if (st)
+		st->rx_ts = now;
+}
+
+static __always_inline void tls_recv(const struct sock *sk, struct stream_state *st, int ret)
+{
+	if (st->tls & TLS_PLAIN)
+		note_read(sk, st);
+	else
+		tls_recv_opaque(sk, st, ret);
+}
+
+static __always_inline int tls_sent(const struct sock *sk, struct stream_state *st, int ret)
+{
+	if (st->tls & TLS_PLAIN)
+		return 0; /* its plaintext writes are accounted by the uprobes */
+	return tls_send_opaque(sk, st, ret);
+}
+
+#endif

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Streams over TLS: the uprobes on a TLS library's read and write calls,
+ * which user space attaches per process (internal/tlsprobe); the model is
+ * in stream_tls.h.
+ *
+ *   OpenSSL API (libssl 1.1 and 3, shared; or linked into the executable:
+ *   Node, BoringSSL in Envoy): SSL_read, SSL_read_ex, SSL_write and
+ *   SSL_write_ex, at entry and return (uretprobes), keyed by thread.
+ *   Go crypto/tls: (*Conn).Read and (*Conn).Write, at entry and at each
+ *   of their RET instructions (a uretprobe would rewrite a return address
+ *   on a goroutine stack the runtime moves), keyed by goroutine; the
+ *   register ABI (Go 1.17+) has the receiver in RAX, the buffer in RBX,
+ *   the count returned in RAX and the goroutine in R14.
+ *
+ * The uprobes reach a connection's state in tw_st_socks only (socket
+ * storage is for BTF-typed hooks), where tls_plain put it. Part of
+ * stream.bpf.c.
+ */
+#ifndef TOKENWIRE_STREAM_TLS_PROBES_H
+#define TOKENWIRE_STREAM_TLS_PROBES_H
+
+/* plain_state is the state of a plaintext-driven TLS connection, if sk is
+ * still the connection gen names. */
+static __always_inline struct stream_state *plain_state(__u64 sk, __u64 gen)
+{
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &sk);
+	if (!st || st->gen != gen || !(st->tls & TLS_PLAIN))
+		return NULL;
+	return st;
+}
+
+/* plain_request accounts n bytes of request read as plaintext: the start
+ * of a request, or more of it; and captures them. */
+static __always_inline void plain_request(const struct sock *sk, struct stream_state *st, const char *buf, __u64 n)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 arrived = st->rx_ts ? st->rx_ts : now;
+	if (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED) && !st->pending_req_ts) {
+		/* Pipelined behind a chunked response still being written: it
+		 * starts when that one's terminator ends it (as on_data_ready). */
+		st->pending_req_ts = arrived;
+		return;
+	}
+	if (st->state == TW_ST_REQUEST) {
+		st->req_ts = arrived; /* the last byte of the request wins */
+	} else {
+		end_stream(sk, st, TW_END_NEXT_REQUEST, arrived);
+		begin_stream(st, arrived, now);
+	}
+	capture_from(sk, st, buf, n, n);
+}
+
+/* plain_write accounts a write of n bytes of plaintext. */
+static __always_inline void plain_write(const struct sock *sk, struct stream_state *st, const char *buf, __u64 n)
+{
+	if (st->state == TW_ST_IDLE && !st->ended_by_terminator)
+		return;
+	__u8 flags = peek_plain(sk, st, buf, n);
+	account_write(sk, st, flags, n, bpf_ktime_get_ns());
+}
+
+/* tls_enter notes a read or write call of the TLS object ssl, its buffer
+ * and (SSL_*_ex) where its length will be. An _ex call that calls the
+ * plain one with the same arguments (BoringSSL) is one call; a call whose
+ * return was missed is replaced. A Go function that grew its stack runs
+ * its entry twice: the same call (nestable is 0). */
+static __always_inline int tls_enter(const struct tls_call_key *key, __u64 ssl, __u64 buf, __u64 lenp, int write,
+				     int nestable)
+{
+	struct tls_call *c = tls_call_of(key, 1);
+	if (!c)
+		return 0;
+	if (write) {
+		if (nestable && !lenp && c->wr_ssl == ssl && c->wr_buf == buf && c->wr_lenp) {
+			c->wr_nest++;
+			return 0;
+		}
+		c->wr_ssl = ssl;
+		c->wr_buf = buf;
+		c->wr_lenp = lenp;
+		c->wr_nest = 0;
+		return 0;
+	}
+	if (nestable && !lenp && c->rd_ssl == ssl && c->rd_buf == buf && c->rd_lenp) {
+		c->rd_nest++;
+		return 0;
+	}
+	c->rd_ssl = ssl;
+	c->rd_buf = buf;
+	c->rd_lenp = lenp;
+	c->rd_nest = 0;
+	c->rd_sk = 0;
+	return 0;
+}
+
+/* call_bytes is how many bytes a call moved: its return value, or for an
+ * _ex call (returning 1 on success) what it stored at lenp. */
+static __always_inline __s64 call_bytes(__s64 ret, __u64 lenp)
+{
+	if (!lenp)
+		return ret;
+	__u64 n = 0;
+	if (ret != 1 || bpf_probe_read_user(&n, sizeof(n), (const void *)lenp))
+		return 0;
+	return n;
+}
+
+/* tls_read_done handles a read call's return: it learns the TLS object's
+ * socket from the socket read inside the call (the object reads its
+ * socket itself) or just before it (memory BIO), or else knows it from
+ * earlier (plaintext the library had buffered), and accounts the
+ * plaintext. */
+static __always_inline int tls_read_done(const struct tls_call_key *key, __s64 ret)
+{
+	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
+	if (!c || !c->rd_ssl)
+		return 0;
+	if (c->rd_nest) {
+		c->rd_nest--;
+		return 0;
+	}
+	__u64 buf = c->rd_buf, sk = c->rd_sk, gen = c->rd_gen;
+	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = c->rd_ssl};
+	__s64 n = call_bytes(ret, c->rd_lenp);
+	if (!sk) {
+		sk = c->rx_sk;
+		gen = c->rx_gen;
+	}
+	c->rd_ssl = 0;
+	c->rd_sk = 0;
+	c->rx_sk = 0;
+	if (sk) {
+		struct tls_conn conn = {.sk = sk, .gen = gen};
+		bpf_map_update_elem(&tw_st_tls_conns, &ck, &conn, BPF_ANY);
+	} else {
+		struct tls_conn *conn = bpf_map_lookup_elem(&tw_st_tls_conns, &ck);
+		if (!conn)
+			return 0;
+		sk = conn->sk;
+		gen = conn->gen;
+	}
+	if (n <= 0)
+		return 0;
+	struct stream_state *st = plain_state(sk, gen);
+	if (st)
+		plain_request((const struct sock *)sk, st, (const char *)buf, n);
+	return 0;
+}
+
+/* tls_write_done handles a write call's return: its plaintext, on a TLS
+ * object whose socket a read taught. */
+static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 ret)
+{
+	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
+	if (!c || !c->wr_ssl)
+		return 0;
+	if (c->wr_nest) {
+		c->wr_nest--;
+		return 0;
+	}
+	__u64 buf = c->wr_buf;
+	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = c->wr_ssl};
+	__s64 n = call_bytes(ret, c->wr_lenp);
+	c->wr_ssl = 0;
+	if (n <= 0)
+		return 0;
+	struct tls_conn *conn = bpf_map_lookup_elem(&tw_st_tls_conns, &ck);
+	if (!conn)
+		return 0;
+	__u64 sk = conn->sk;
+	struct stream_state *st = plain_state(sk, conn->gen);
+	if (st)
+		plain_write((const struct sock *)sk, st, (const char *)buf, n);
+	return 0;
+}
+
+static __always_inline struct tls_call_key thread_key(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call_key k = {.tgid = id >> 32, .id = id};
+	return k;
+}
+
+static __always_inline struct tls_call_key goroutine_key(const struct pt_regs *ctx)
+{
+	struct tls_call_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .by_g = 1, .id = ctx->r14};
+	return k;
+}
+
+/* ---- entry points: tw_tls_<call>, tw_tls_go_<call> ---- */
+
+SEC("uprobe")
+int BPF_KPROBE(tw_tls_rd, void *ssl, void *buf)
+{
+	struct tls_call_key k = thread_key();
+	return tls_enter(&k, (__u64)ssl, (__u64)buf, 0, 0, 1);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(tw_tls_rdex, void *ssl, void *buf, __u64 num, __u64 *readbytes)
+{
+	struct tls_call_key k = thread_key();
+	return tls_enter(&k, (__u64)ssl, (__u64)buf, (__u64)readbytes, 0, 1);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(tw_tls_rd_ret, int ret)
+{
+	struct tls_call_key k = thread_key();
+	return tls_read_done(&k, ret);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(tw_tls_wr, void *ssl, const void *buf)
+{
+	struct tls_call_key k = thread_key();
+	return tls_enter(&k, (__u64)ssl, (__u64)buf, 0, 1, 1);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(tw_tls_wrex, void *ssl, const void *buf, __u64 num, __u64 *written)
+{
+	struct tls_call_key k = thread_key();
+	return tls_enter(&k, (__u64)ssl, (__u64)buf, (__u64)written, 1, 1);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(tw_tls_wr_ret, int ret)
+{
+	struct tls_call_key k = thread_key();
+	return tls_write_done(&k, ret);
+}
+
+SEC("uprobe")
+int tw_tls_go_rd(struct pt_regs *ctx)
+{
+	struct tls_call_key k = goroutine_key(ctx);
+	return tls_enter(&k, ctx->ax, ctx->bx, 0, 0, 0);
+}
+
+SEC("uprobe")
+int tw_tls_go_rdret(struct pt_regs *ctx)
+{
+	struct tls_call_key k = goroutine_key(ctx);
+	return tls_read_done(&k, (__s64)ctx->ax);
+}
+
+SEC("uprobe")
+int tw_tls_go_wr(struct pt_regs *ctx)
+{
+	struct tls_call_key k = goroutine_key(ctx);
+	return tls_enter(&k, ctx->ax, ctx->bx, 0, 1, 0);
+}
+
+SEC("uprobe")
+int tw_tls_go_wrret(struct pt_regs *ctx)
+{
+	struct tls_call_key k = goroutine_key(ctx);
+	return tls_write_done(&k, (__s64)ctx->ax);
+}
+
+#endif

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Streams: what a response write does to the socket's stream, once its
+ * bytes are classified (stream_peek.h). The socket hooks account the
+ * writes of plaintext connections here, the TLS library's uprobes the
+ * writes of TLS plaintext (stream_tls.h). Part of stream.bpf.c. */
+#ifndef TOKENWIRE_STREAM_WRITE_H
+#define TOKENWIRE_STREAM_WRITE_H
+
+/* account_write accounts a write of ret bytes that peek_sent or
+ * peek_plain classified as flags (0: bytes unknown, an opaque write). */
+static __always_inline void account_write(const struct sock *sk, struct stream_state *st, __u8 flags, __u64 ret,
+					  __u64 now)
+{
+	__u8 head = flags >> WRITE_HEAD_SHIFT;
+	if (head & TW_RESP_INTERIM)
+		return; /* 100 Continue, 103 Early Hints: the response is yet to come */
+	if (st->state == TW_ST_IDLE) {
+		st->ended_by_terminator = 0;
+		if (!(head & TW_RESP_HTTP))
+			return;
+		begin_stream(st, st->req_ts, now); /* it arrived with the previous request */
+	}
+	if (st->state == TW_ST_REQUEST) {
+		st->state = TW_ST_RESPONSE;
+		st->resp_flags = head;
+		st->headers_ts = now;
+		st->pid = bpf_get_current_pid_tgid() >> 32;
+		if (!(flags & WRITE_PEEKED) || !(head & TW_RESP_HTTP)) {
+			chunk(sk, st, ret, now); /* opaque: every write is a chunk */
+			return;
+		}
+		/* http: the head write is not a chunk here; any body bytes it
+		 * carried are credited in user space from head_bytes. */
+		st->head_bytes = ret;
+		return;
+	}
+	if (flags & WRITE_TERMINATOR) {
+		if (flags & WRITE_DATA)
+			chunk(sk, st, ret, now); /* the last chunk and the terminator in one write */
+		else
+			st->bytes += ret;
+		end_stream(sk, st, TW_END_TERMINATOR, now);
+		if (st->pending_req_ts)
+			begin_stream(st, st->pending_req_ts, now);
+		return;
+	}
+	chunk(sk, st, ret, now);
+}
+
+#endif

@@ -1,0 +1,136 @@
+package tlsprobe
+
+import (
+	"debug/buildinfo"
+	"debug/elf"
+	"debug/gosym"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// Go's crypto/tls functions the probe reads, as the symbol table names them.
+const (
+	goRead  = "crypto/tls.(*Conn).Read"
+	goWrite = "crypto/tls.(*Conn).Write"
+)
+
+// errNotGo: the file is no Go program.
+var errNotGo = errors.New("not a Go program")
+
+// goPlan finds crypto/tls's Read and Write in a Go executable and where to
+// probe them: their entries and every RET instruction. It returns
+// errNotGo for a file that is no Go program, and (nil, nil) for one that
+// has no crypto/tls.
+func goPlan(r io.ReaderAt, f *elf.File) (*plan, error) {
+	bi, err := buildinfo.Read(r)
+	if err != nil {
+		return nil, errNotGo
+	}
+	if !registerABI(bi.GoVersion) {
+		return nil, fmt.Errorf("built with %s, which passes arguments on the stack (the probes read Go 1.17+'s registers)", bi.GoVersion)
+	}
+	fns, err := symbols(f, goRead, goWrite)
+	if err != nil || len(fns) < 2 {
+		// Stripped of its symbol table: the pclntab still names functions.
+		fns, err = pclnFunctions(f, goRead, goWrite)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(fns) == 0 {
+		return nil, nil
+	}
+	if len(fns) < 2 {
+		return nil, fmt.Errorf("%s: only one of %s and %s", bi.GoVersion, goRead, goWrite)
+	}
+	p := &plan{lib: LibGo, version: bi.GoVersion}
+	for _, x := range []struct {
+		name       string
+		entry, ret role
+	}{{goRead, roleGoRead, roleGoReadRet}, {goWrite, roleGoWrite, roleGoWriteRet}} {
+		fn := fns[x.name]
+		rets, err := retOffsets(f, fn)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", x.name, err)
+		}
+		p.points = append(p.points, point{role: x.entry, offset: fn.Offset})
+		for _, r := range rets {
+			p.points = append(p.points, point{role: x.ret, offset: fn.Offset + r})
+		}
+	}
+	return p, nil
+}
+
+// registerABI reports whether a Go release passes arguments in registers
+// on amd64 (Go 1.17 and later).
+func registerABI(version string) bool {
+	v, ok := strings.CutPrefix(version, "go1.")
+	if !ok {
+		return false
+	}
+	if i := strings.IndexAny(v, ".rcb-+ "); i >= 0 {
+		v = v[:i]
+	}
+	minor, err := strconv.Atoi(v)
+	return err == nil && minor >= 17
+}
+
+// retOffsets decodes fn's machine code and returns the offset of each RET
+// in it. A uretprobe rewrites the return address on the stack, which the
+// Go runtime copies elsewhere when it grows a goroutine's stack; uprobes
+// on the RET instructions see the same registers without touching it.
+func retOffsets(f *elf.File, fn function) ([]uint64, error) {
+	b, err := code(f, fn)
+	if err != nil {
+		return nil, err
+	}
+	var rets []uint64
+	for off := 0; off < len(b); {
+		inst, err := x86asm.Decode(b[off:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("decoding at +%#x: %w", off, err)
+		}
+		if inst.Op == x86asm.RET {
+			rets = append(rets, uint64(off))
+		}
+		off += inst.Len
+	}
+	if len(rets) == 0 {
+		return nil, errors.New("no RET instruction")
+	}
+	return rets, nil
+}
+
+// pclnFunctions finds functions through the Go pclntab, which stripped
+// binaries keep (the runtime needs it for stack traces).
+func pclnFunctions(f *elf.File, names ...string) (map[string]function, error) {
+	sec := f.Section(".gopclntab")
+	text := f.Section(".text")
+	if sec == nil || text == nil {
+		return nil, errors.New("no symbol table and no .gopclntab")
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, err
+	}
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	if err != nil {
+		return nil, fmt.Errorf("reading .gopclntab: %w", err)
+	}
+	out := map[string]function{}
+	for _, n := range names {
+		fn := tab.LookupFunc(n)
+		if fn == nil {
+			continue
+		}
+		if off, ok := fileOffset(f, fn.Entry); ok {
+			out[n] = function{Offset: off, Addr: fn.Entry, Size: fn.End - fn.Entry}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,328 @@
+// Package tlsprobe gives the stream probe the plaintext of TLS servers: it
+// finds the processes that serve watched ports, the TLS library in each
+// (the OpenSSL API in a shared libssl or linked into the executable, as in
+// Node; Go's crypto/tls), attaches the stream probe's uprobes to its read
+// and write functions for that process only, and detaches them when the
+// process exits or the Manager closes.
+//
+// Processes are found two ways: a scan of /proc at Start and every
+// ScanInterval (sockets listening on a watched port, in every network
+// namespace, and the processes holding them), and the kernel's word (a
+// process the probe does not know read a TLS ClientHello on a watched
+// port: Discover). The scan finds servers before their first connection,
+// the kernel's word finds the rest at their first (forked workers, TLS
+// loaded late, libraries the probes do not know), so a process nobody
+// connects to with TLS on a watched port costs nothing but the scan.
+package tlsprobe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/tokenwire/tokenwire/bpf"
+)
+
+// Target is what became of one TLS library (or executable) in a process.
+type Target struct {
+	PID     uint32
+	Path    string // as the process names it
+	Library Library
+	Version string // Go: the toolchain that built it
+	// Probed: its uprobes are attached. Otherwise Err says why not, and
+	// the process's TLS streams are timed from record headers (opaque).
+	Probed bool
+	Err    error
+}
+
+// Config says which processes to probe and with what.
+type Config struct {
+	// Ports are the watched server ports.
+	Ports []uint16
+	// ScanInterval is how often /proc is scanned for new listeners and
+	// exited processes (at least 100 ms).
+	ScanInterval time.Duration
+	// Programs are the uprobe programs to attach.
+	Programs Programs
+	// Procs is the stream probe's tw_st_tls_procs map: which processes are
+	// probed, by tgid.
+	Procs *ebpf.Map
+	// Report, when set, is called once per distinct outcome per file (a
+	// library probed; one that cannot be, and why), from the Manager's
+	// goroutine.
+	Report func(Target)
+}
+
+// Manager attaches and detaches the TLS uprobes as processes come and go.
+type Manager struct {
+	cfg      Config
+	ports    map[uint16]bool
+	plans    planCache
+	discover chan uint32
+	stop     chan struct{}
+	done     chan struct{}
+	closeErr error
+	once     sync.Once
+
+	mu       sync.Mutex // guards procs for Targets
+	procs    map[uint32]*process
+	seen     map[uint32]uint64 // pid -> start time: looked into already
+	reported map[string]bool
+}
+
+// process is a process with TLS on a watched port.
+type process struct {
+	start   uint64
+	links   []link.Link
+	targets []Target
+}
+
+// Start scans for the processes to probe, probes them, and keeps doing so
+// until Close.
+func Start(cfg Config) (*Manager, error) {
+	if cfg.Procs == nil {
+		return nil, errors.New("tlsprobe: no process map")
+	}
+	cfg.ScanInterval = max(cfg.ScanInterval, 100*time.Millisecond)
+	m := &Manager{
+		cfg: cfg, ports: map[uint16]bool{}, discover: make(chan uint32, 64),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		procs: map[uint32]*process{}, seen: map[uint32]uint64{}, reported: map[string]bool{},
+	}
+	for _, p := range cfg.Ports {
+		m.ports[p] = true
+	}
+	err := m.scan()
+	go m.run()
+	return m, err
+}
+
+// Discover asks for pid to be probed: the kernel saw it read a TLS
+// ClientHello on a watched port. It does not block.
+func (m *Manager) Discover(pid uint32) {
+	select {
+	case m.discover <- pid:
+	default: // the next scan finds listeners; the rest wait for a later connection
+	}
+}
+
+func (m *Manager) run() {
+	defer close(m.done)
+	tick := time.NewTicker(m.cfg.ScanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case pid := <-m.discover:
+			m.probe(pid, true)
+		case <-tick.C:
+			m.scan()
+		}
+	}
+}
+
+// scan forgets processes that exited and probes new listeners.
+func (m *Manager) scan() error {
+	all, err := pids()
+	if err != nil {
+		return err
+	}
+	alive := make(map[uint32]bool, len(all))
+	for _, pid := range all {
+		alive[pid] = true
+	}
+	for pid, p := range m.procs {
+		if start, err := startTime(pid); err != nil || start != p.start {
+			m.drop(pid)
+		}
+	}
+	for pid := range m.seen {
+		if !alive[pid] {
+			delete(m.seen, pid)
+		}
+	}
+	found, err := listeners(m.ports, func(pid uint32) bool {
+		start, ok := m.seen[pid]
+		if !ok {
+			return false
+		}
+		now, err := startTime(pid)
+		return err == nil && now == start
+	})
+	for _, pid := range found {
+		m.probe(pid, false)
+	}
+	return err
+}
+
+// probe attaches the uprobes to pid's TLS libraries. discovered: the
+// kernel saw it do TLS, so having none the probes know is worth a report.
+func (m *Manager) probe(pid uint32, discovered bool) {
+	start, err := startTime(pid)
+	if err != nil {
+		return // gone already
+	}
+	m.seen[pid] = start
+	if p := m.procs[pid]; p != nil && p.start == start {
+		m.mark(pid, p) // the kernel forgot it (LRU): say again
+		return
+	} else if p != nil {
+		m.drop(pid) // an earlier process with this pid
+	}
+	p := &process{start: start}
+	for _, t := range m.targetsOf(pid) {
+		if t.Err == nil && t.plan != nil {
+			links, err := attach(&m.cfg.Programs, t.file, pid, t.plan)
+			if err == nil {
+				p.links = append(p.links, links...)
+				t.Probed = true
+			} else {
+				t.Err = err
+			}
+		}
+		if t.Err == nil && !t.Probed {
+			continue
+		}
+		p.targets = append(p.targets, t.Target)
+	}
+	if len(p.targets) == 0 {
+		if !discovered {
+			return // a plaintext server
+		}
+		p.targets = append(p.targets, Target{PID: pid, Path: exePath(pid), Library: LibUnknown, Err: errNoTLS})
+	}
+	m.mu.Lock()
+	m.procs[pid] = p
+	m.mu.Unlock()
+	m.mark(pid, p)
+	for _, t := range p.targets {
+		m.report(t)
+	}
+}
+
+// mark tells the kernel how to read pid's TLS.
+func (m *Manager) mark(pid uint32, p *process) {
+	v := bpf.StreamTwTlsProc{State: uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE)}
+	for _, t := range p.targets {
+		if t.Probed {
+			v.State = uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_PROBED)
+			v.Libs |= libBits(t.Library)
+		}
+	}
+	m.cfg.Procs.Put(pid, v)
+}
+
+func libBits(l Library) uint8 {
+	switch l {
+	case LibOpenSSL:
+		return uint8(bpf.StreamTwTlsLibTW_TLS_LIB_OPENSSL)
+	case LibGo:
+		return uint8(bpf.StreamTwTlsLibTW_TLS_LIB_GO)
+	}
+	return 0
+}
+
+// candidate is a file of a process that may hold a TLS library.
+type candidate struct {
+	Target
+	file string // the path to open and attach, through /proc
+	plan *plan
+}
+
+// targetsOf inspects pid's executable and shared TLS libraries.
+func (m *Manager) targetsOf(pid uint32) []candidate {
+	var out []candidate
+	exe := candidate{Target: Target{PID: pid, Path: exePath(pid)}, file: procPath(pid, "exe")}
+	exe.plan, exe.Err = m.plans.inspect(exe.file, false)
+	out = append(out, exe)
+	libs, err := tlsLibraries(pid)
+	if err != nil {
+		return out
+	}
+	for _, lib := range libs {
+		c := candidate{Target: Target{PID: pid, Path: lib, Library: LibOpenSSL}, file: inRoot(pid, lib)}
+		c.plan, c.Err = m.plans.inspect(c.file, true)
+		out = append(out, c)
+	}
+	for i := range out {
+		c := &out[i]
+		if errors.Is(c.Err, errNoTLS) {
+			c.Err, c.plan = nil, nil // nothing to probe in this file
+		}
+		if c.plan != nil {
+			c.Library, c.Version = c.plan.lib, c.plan.version
+		} else if c.Err != nil && c.Library == "" {
+			c.Library = LibUnknown
+		}
+	}
+	return out
+}
+
+func exePath(pid uint32) string {
+	p, err := os.Readlink(procPath(pid, "exe"))
+	if err != nil {
+		return procPath(pid, "exe")
+	}
+	return p
+}
+
+// report passes t to Config.Report, once per file and outcome.
+func (m *Manager) report(t Target) {
+	key := fmt.Sprintf("%s|%s|%v|%v", t.Path, t.Library, t.Probed, t.Err)
+	if m.reported[key] || m.cfg.Report == nil {
+		return
+	}
+	if len(m.reported) >= 4096 {
+		clear(m.reported)
+	}
+	m.reported[key] = true
+	m.cfg.Report(t)
+}
+
+// drop detaches what was attached for pid and forgets it.
+func (m *Manager) drop(pid uint32) error {
+	p := m.procs[pid]
+	m.mu.Lock()
+	delete(m.procs, pid)
+	m.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	err := closeAll(p.links)
+	if derr := m.cfg.Procs.Delete(pid); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+		err = errors.Join(err, derr)
+	}
+	return err
+}
+
+// Targets returns what is probed, or found unprobeable, in the processes
+// that are running.
+func (m *Manager) Targets() []Target {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Target
+	for _, p := range m.procs {
+		out = append(out, p.targets...)
+	}
+	return out
+}
+
+// Close detaches every uprobe. It may be called more than once.
+func (m *Manager) Close() error {
+	m.once.Do(func() {
+		close(m.stop)
+		<-m.done
+		var errs []error
+		for pid := range m.procs {
+			errs = append(errs, m.drop(pid))
+		}
+		m.closeErr = errors.Join(errs...)
+	})
+	return m.closeErr
+}
