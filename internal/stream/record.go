@@ -20,6 +20,10 @@ const (
 	KindEnd      = Kind(bpf.StreamTwStreamRecordTW_REC_END)
 	KindChunk    = Kind(bpf.StreamTwStreamRecordTW_REC_CHUNK)
 	KindBody     = Kind(bpf.StreamTwStreamRecordTW_REC_BODY)
+	// KindTLSProc: a process read a TLS ClientHello on a watched port and
+	// user space has not said how to read its TLS (PID, Comm). Read
+	// hands these to the TLS manager and does not return them.
+	KindTLSProc = Kind(bpf.StreamTwStreamRecordTW_REC_TLS_PROC)
 )
 
 // EndReason says why a stream ended.
@@ -98,7 +102,6 @@ type Record struct {
 	Stats Stats
 	// End only.
 	Reason EndReason
-
 }
 
 // Stats is a stream's state as of a Progress, End or Chunk record. All
@@ -121,10 +124,26 @@ type Stats struct {
 	PID          uint32
 	// GapCounts counts chunk intervals per bucket since the previous
 	// Progress record of the stream.
-	GapCounts     [GapBuckets]uint32
-	HeadBytes     uint32
+	GapCounts [GapBuckets]uint32
+	HeadBytes uint32
+	// Flags say how the stream's bytes were read: StatsTLS, StatsTLSOpaque
+	// or neither (plaintext from the socket's syscalls).
+	Flags         uint32
 	Local, Remote netip.AddrPort
 }
+
+// Flags of Stats.
+const (
+	// StatsTLS: a TLS stream read as plaintext through uprobes on the
+	// TLS library: counts, heads and terminators as for plaintext, bytes
+	// of plaintext.
+	StatsTLS = uint32(bpf.StreamTwStatsFlagTW_STATS_TLS)
+	// StatsTLSOpaque: a TLS stream timed from its record headers.
+	StatsTLSOpaque = uint32(bpf.StreamTwStatsFlagTW_STATS_TLS_OPAQUE)
+)
+
+// TLS reports whether the stream was TLS read as plaintext.
+func (s *Stats) TLS() bool { return s.Flags&StatsTLS != 0 }
 
 // HeadBody returns how many body bytes the response's first write carried,
 // given the header length found in the response head (0: not found, so
@@ -151,7 +170,7 @@ func Decode(raw []byte, rec *Record) error {
 	rec.Kind = Kind(key.Kind)
 	rec.ID = ID{Sock: key.Sock, Gen: key.Gen, Seq: key.Seq}
 	switch rec.Kind {
-	case KindRequest, KindResponse, KindBody:
+	case KindRequest, KindResponse, KindBody, KindTLSProc:
 		if len(raw) < payloadSize+int(key.Len) {
 			return fmt.Errorf("stream payload record of %d bytes, want %d", len(raw), payloadSize+int(key.Len))
 		}
@@ -172,7 +191,7 @@ func Decode(raw []byte, rec *Record) error {
 			RequestTS: s.ReqTs, HeadersTS: s.HeadersTs, FirstChunkTS: s.FirstChunkTs,
 			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,
 			GapSum: s.GapSumNs, GapMax: s.GapMaxNs, Chunks: s.Chunks, PID: s.Pid,
-			GapCounts: s.GapCounts, HeadBytes: s.HeadBytes,
+			GapCounts: s.GapCounts, HeadBytes: s.HeadBytes, Flags: s.Flags,
 		}
 		rec.Stats.Local, rec.Stats.Remote = probe.Endpoints(s.Ep.Family, &s.Ep.Saddr, &s.Ep.Daddr, s.Ep.Sport, s.Ep.Dport)
 	default:

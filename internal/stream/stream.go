@@ -8,6 +8,7 @@ package stream
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,6 +67,9 @@ type Config struct {
 	// sent to user space; 0 sends the first 1 KiB.
 	RequestCaptureBytes uint32
 
+	// TLS says whether TLS servers' plaintext is read through uprobes.
+	TLS TLSConfig
+
 	// stackRegs makes the programs find syscall registers on the task's
 	// kernel stack even where bpf_task_pt_regs exists (tests: the way
 	// kernels before 5.15 need).
@@ -88,6 +92,10 @@ type Counters struct {
 	// Stale counts map entries of sockets whose close the probe did not
 	// see, found and reset by a later connection at the same address.
 	Stale uint64
+	// TLS counts connections that began with a TLS ClientHello; TLSPlain
+	// those of them read as plaintext (their process probed), TLSNoRoom
+	// those that could not be for want of room in the state map.
+	TLS, TLSPlain, TLSNoRoom uint64
 }
 
 // HookPoint is a kernel event the probe attaches to, and what attached.
@@ -109,6 +117,11 @@ type Tracer struct {
 	// why not, when it was tried.
 	inSocket  bool
 	mapReason error
+	// What the TLS uprobes load with: the collection as configured, and
+	// the maps they share with the socket hooks.
+	spec    *ebpf.CollectionSpec
+	mapRepl map[string]*ebpf.Map
+	tls     tlsState
 }
 
 // ErrClosed is returned by Read after Close.
@@ -132,19 +145,28 @@ func (t *Tracer) open(cfg Config) error {
 	// Socket-local storage needs BTF-typed hooks: it is tried with the
 	// typed types that lead the order, and the state goes to the map
 	// when they do not attach everywhere.
+	attached := false
 	if typed := typedPrefix(cfg.HookOrder); len(typed) > 0 && !cfg.stateInMap {
 		err := t.attach(cfg, true, typed)
 		if err == nil {
-			t.inSocket = true
-			return t.openReader()
+			t.inSocket, attached = true, true
+		} else {
+			t.release()
+			t.mapReason = err
 		}
-		t.release()
-		t.mapReason = err
 	}
-	if err := t.attach(cfg, false, cfg.HookOrder); err != nil {
+	if !attached {
+		if err := t.attach(cfg, false, cfg.HookOrder); err != nil {
+			return err
+		}
+	}
+	if err := t.openReader(); err != nil {
 		return err
 	}
-	return t.openReader()
+	if cfg.TLS.Enabled {
+		t.startTLS(cfg, t.spec, t.mapRepl)
+	}
+	return nil
 }
 
 // typedPrefix returns the BTF-typed hook types at the head of order.
@@ -166,8 +188,10 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 	}
 	recvArgs, recvErr := recvmsgArgs()
 	spec.Maps["tw_st_socks"].MaxEntries = cfg.MaxSockets
-	if inSocket {
-		spec.Maps["tw_st_socks"].MaxEntries = 1 // unused
+	if inSocket && !cfg.TLS.Enabled {
+		// Only TLS connections read through uprobes move their state
+		// there from socket storage.
+		spec.Maps["tw_st_socks"].MaxEntries = 1
 	}
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
 	var bounds [GapBuckets - 1]uint64
@@ -193,6 +217,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
 		"state_in_sk":         boolByte(inSocket),
 		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
+		"tls_uprobes":         boolByte(cfg.TLS.Enabled),
 		// tcp_recvmsg's flags come after nonblock before Linux 5.19.
 		"recvmsg_flags_arg5": boolByte(recvArgs == 6),
 	} {
@@ -219,7 +244,12 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"tw_st_events":   t.maps.TwStEvents,
 		"tw_st_counters": t.maps.TwStCounters,
 		"tw_st_calls":    t.maps.TwStCalls,
+		// Shared by the socket hooks and the TLS uprobes.
+		"tw_st_tls_procs": t.maps.TwStTlsProcs,
+		"tw_st_tls_calls": t.maps.TwStTlsCalls,
+		"tw_st_tls_conns": t.maps.TwStTlsConns,
 	}
+	t.spec, t.mapRepl = spec, maps
 	for _, p := range hookPoints(recvArgs, recvErr) {
 		choice, err := probe.Choose(spec, maps, order, p.Variants)
 		if err != nil && !p.Optional {
@@ -236,6 +266,7 @@ func (t *Tracer) release() {
 	t.Release()
 	t.points = nil
 	t.maps = bpf.StreamMaps{}
+	t.spec, t.mapRepl = nil, nil
 }
 
 func (t *Tracer) openReader() error {
@@ -280,6 +311,18 @@ func (t *Tracer) Programs() map[string][]*ebpf.Program {
 	return out
 }
 
+// Stop detaches the TLS uprobes and every hook point, and lets Read
+// return the records already written (probe.Tracer.Stop).
+func (t *Tracer) Stop() error {
+	return errors.Join(t.stopTLS(), t.Tracer.Stop())
+}
+
+// Close detaches the TLS uprobes and every hook point and frees the maps.
+// It may be called more than once and concurrently with Read.
+func (t *Tracer) Close() error {
+	return errors.Join(t.stopTLS(), t.Tracer.Close())
+}
+
 // HookPoints reports what attached where.
 func (t *Tracer) HookPoints() []HookPoint { return t.points }
 
@@ -293,6 +336,12 @@ func (t *Tracer) Read(rec *Record) error {
 		}
 		if err := Decode(raw, rec); err != nil {
 			return err
+		}
+		if rec.Kind == KindTLSProc {
+			if t.tls.manager != nil {
+				t.tls.manager.Discover(rec.PID)
+			}
+			continue
 		}
 		if rec.Kind != KindEnd || t.ended.first(rec.ID) {
 			return nil
@@ -331,6 +380,9 @@ func (t *Tracer) Counters() (c Counters, err error) {
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_CLOSED:       &c.Closed,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED: &c.TrackFailed,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_STALE:        &c.Stale,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS:          &c.TLS,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN:    &c.TLSPlain,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM:  &c.TLSNoRoom,
 	} {
 		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
 			return c, err

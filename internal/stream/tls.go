@@ -1,0 +1,141 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/tlsprobe"
+)
+
+// TLSConfig says whether and how TLS servers' plaintext is read.
+type TLSConfig struct {
+	// Enabled attaches uprobes to the TLS library of each process that
+	// serves a watched port (OpenSSL API, Go crypto/tls), so that its TLS
+	// streams are read as plaintext (mode tls). Without them, TLS streams
+	// are timed from their record headers (opaque).
+	Enabled bool
+	// ScanInterval is how often /proc is scanned for new servers and
+	// exited ones (default 5 s).
+	ScanInterval time.Duration
+	// Report is called once per distinct outcome per TLS library or
+	// executable: probed, or not and why.
+	Report func(tlsprobe.Target)
+}
+
+// DefaultTLSScanInterval is TLSConfig.ScanInterval's default.
+const DefaultTLSScanInterval = 5 * time.Second
+
+// tlsState is the tracer's TLS part: the loaded uprobe programs and the
+// manager that attaches them.
+type tlsState struct {
+	progs   []*ebpf.Program
+	manager *tlsprobe.Manager
+	err     error // why TLS plaintext is off, when it was asked for
+	stop    sync.Once
+	stopErr error
+}
+
+// tlsPrograms names the uprobe programs in the collection.
+var tlsPrograms = []string{
+	bpf.StreamProgTwTlsRd, bpf.StreamProgTwTlsRdex, bpf.StreamProgTwTlsRdRet,
+	bpf.StreamProgTwTlsWr, bpf.StreamProgTwTlsWrex, bpf.StreamProgTwTlsWrRet,
+	bpf.StreamProgTwTlsGoRd, bpf.StreamProgTwTlsGoRdret, bpf.StreamProgTwTlsGoWr, bpf.StreamProgTwTlsGoWrret,
+}
+
+// startTLS loads the uprobe programs against the tracer's maps and starts
+// the manager that attaches them. A failure leaves streams running, their
+// TLS opaque; TLSError says why.
+func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) {
+	progs := make([]*ebpf.Program, len(tlsPrograms))
+	for i, name := range tlsPrograms {
+		p, err := loadProgram(spec, maps, name)
+		if err != nil {
+			t.tls.err = fmt.Errorf("loading the TLS uprobes: %w", err)
+			for _, p := range t.tls.progs {
+				p.Close()
+			}
+			t.tls.progs = nil
+			return
+		}
+		progs[i] = p
+		t.tls.progs = append(t.tls.progs, p)
+	}
+	m, err := tlsprobe.Start(tlsprobe.Config{
+		Ports:        cfg.Ports,
+		ScanInterval: cmpDuration(cfg.TLS.ScanInterval, DefaultTLSScanInterval),
+		Programs: tlsprobe.Programs{
+			Read: progs[0], ReadEx: progs[1], ReadRet: progs[2],
+			Write: progs[3], WriteEx: progs[4], WriteRet: progs[5],
+			GoRead: progs[6], GoReadRet: progs[7], GoWrite: progs[8], GoWriteRet: progs[9],
+		},
+		Procs:  t.maps.TwStTlsProcs,
+		Report: cfg.TLS.Report,
+	})
+	t.tls.manager = m
+	if err != nil {
+		t.tls.err = fmt.Errorf("looking for TLS servers: %w", err)
+	}
+}
+
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// loadProgram loads one program of spec, alone, with maps in place of
+// the collection's.
+func loadProgram(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, name string) (*ebpf.Program, error) {
+	ps, ok := spec.Programs[name]
+	if !ok {
+		return nil, fmt.Errorf("no program %q in the collection", name)
+	}
+	one := spec.Copy()
+	one.Programs = map[string]*ebpf.ProgramSpec{"prog": ps.Copy()}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"prog"`
+	}
+	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
+		return nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	return objs.Prog, nil
+}
+
+// stopTLS detaches every uprobe and unloads their programs. It may be
+// called more than once.
+func (t *Tracer) stopTLS() error {
+	t.tls.stop.Do(func() {
+		var errs []error
+		if t.tls.manager != nil {
+			errs = append(errs, t.tls.manager.Close())
+		}
+		for _, p := range t.tls.progs {
+			errs = append(errs, p.Close())
+		}
+		t.tls.stopErr = errors.Join(errs...)
+	})
+	return t.tls.stopErr
+}
+
+// TLSError says why TLS streams are not read as plaintext although that
+// was asked for (nil: they are, where a library is probed).
+func (t *Tracer) TLSError() error { return t.tls.err }
+
+// TLSTargets returns the TLS libraries probed, or found unprobeable, in
+// the running processes that serve watched ports.
+func (t *Tracer) TLSTargets() []tlsprobe.Target {
+	if t.tls.manager == nil {
+		return nil
+	}
+	return t.tls.manager.Targets()
+}
+
+// TLSPrograms returns the loaded TLS uprobe programs, for measuring their
+// cost.
+func (t *Tracer) TLSPrograms() []*ebpf.Program { return t.tls.progs }
