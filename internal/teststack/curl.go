@@ -24,12 +24,29 @@ type CurlResult struct {
 // stream with -N) and extra "Name: value" headers, and returns what it
 // saw.
 func Curl(ctx context.Context, url, body string, headers ...string) (CurlResult, error) {
+	return CurlWith(ctx, CurlOptions{Headers: headers}, url, body)
+}
+
+// CurlOptions are curl's settings besides the URL and the body.
+type CurlOptions struct {
+	// CACert is a PEM certificate to trust for https URLs (--cacert);
+	// https is spoken as HTTP/1.1.
+	CACert string
+	// Headers are extra "Name: value" headers.
+	Headers []string
+}
+
+// CurlWith is Curl with options.
+func CurlWith(ctx context.Context, opts CurlOptions, url, body string) (CurlResult, error) {
 	args := []string{"-sS", "-N", "--max-time", "60", "-X", "POST",
 		"-H", "Content-Type: application/json", "--data-binary", body,
 		// The body to stdout, the timings to stderr as JSON.
 		"-w", "%{stderr}%{json}"}
-	for _, h := range headers {
+	for _, h := range opts.Headers {
 		args = append(args, "-H", h)
+	}
+	if opts.CACert != "" {
+		args = append(args, "--cacert", opts.CACert, "--http1.1")
 	}
 	cmd := exec.CommandContext(ctx, "curl", append(args, url)...)
 	var stdout, stderr bytes.Buffer

@@ -3,6 +3,7 @@ package teststack
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ type SDKClient struct {
 	Addr    string        // host:port (127.0.0.1 only)
 	APIKey  string        // default sk-tokenwire-test
 	Timeout time.Duration // per request; default 30 s
+	// TLS, when set, speaks HTTPS with this configuration (crypto/tls).
+	TLS *tls.Config
 
 	conn   net.Conn
 	br     *bufio.Reader
@@ -92,7 +95,13 @@ func (c *SDKClient) send(request []byte) error {
 	}
 	c.reused = c.conn != nil
 	if c.conn == nil {
-		conn, err := net.DialTimeout("tcp", c.Addr, 5*time.Second)
+		var conn net.Conn
+		var err error
+		if c.TLS != nil {
+			conn, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", c.Addr, c.TLS)
+		} else {
+			conn, err = net.DialTimeout("tcp", c.Addr, 5*time.Second)
+		}
 		if err != nil {
 			return err
 		}

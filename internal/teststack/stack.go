@@ -24,6 +24,9 @@ type StackOptions struct {
 	// Dir holds the server's source and log; default: a new temporary
 	// directory, removed by Stop.
 	Dir string
+	// TLS, when set, serves HTTPS with this certificate (uvicorn's
+	// --ssl-certfile/--ssl-keyfile; Node's https module).
+	TLS *TLSCert
 }
 
 // StackServer is a running Python or Node server (a child process).
@@ -31,7 +34,7 @@ type StackServer struct {
 	Stack Stack
 	Port  int
 	Addr  string // 127.0.0.1:port
-	URL   string // http://127.0.0.1:port
+	URL   string // http://127.0.0.1:port (https:// with TLS)
 	Proc  *Proc
 	// Ready is the server's first line: port, framework, format and the
 	// versions it runs on.
@@ -109,6 +112,9 @@ func StartStack(s Stack, opts StackOptions) (*StackServer, error) {
 	srv.Port = int(port)
 	srv.Addr = "127.0.0.1:" + strconv.Itoa(srv.Port)
 	srv.URL = "http://" + srv.Addr
+	if opts.TLS != nil {
+		srv.URL = "https://" + srv.Addr
+	}
 	return srv, nil
 }
 
@@ -152,6 +158,10 @@ func (o StackOptions) env() []string {
 	}
 	if o.Interval > 0 {
 		add("TW_INTERVAL_MS", strconv.FormatFloat(float64(o.Interval)/1e6, 'f', -1, 64))
+	}
+	if o.TLS != nil {
+		add("TW_TLS_CERT", o.TLS.CertFile)
+		add("TW_TLS_KEY", o.TLS.KeyFile)
 	}
 	return env
 }

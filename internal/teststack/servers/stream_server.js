@@ -11,8 +11,9 @@
 // Content-Length.
 //
 // Environment: TW_PORT (0: any free port), TW_FRAMEWORK (http, express),
-// TW_FORMAT (openai, ollama), TW_EVENTS, TW_THINK_MS, TW_INTERVAL_MS.
-// express is looked up through NODE_PATH.
+// TW_FORMAT (openai, ollama), TW_EVENTS, TW_THINK_MS, TW_INTERVAL_MS, and
+// TW_TLS_CERT with TW_TLS_KEY to serve HTTPS (the https module: OpenSSL
+// linked into node). express is looked up through NODE_PATH.
 //
 // Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 // once the server listens, then one line per request when its response is
@@ -139,11 +140,15 @@ function app() {
   };
 }
 
-const server = http.createServer(app());
+const TLS = process.env.TW_TLS_CERT
+  ? { cert: require('fs').readFileSync(process.env.TW_TLS_CERT), key: require('fs').readFileSync(process.env.TW_TLS_KEY) }
+  : null;
+const server = TLS ? require('https').createServer(TLS, app()) : http.createServer(app());
 server.listen(Number(process.env.TW_PORT || 0), '127.0.0.1', () => {
   report({
     ready: true, port: server.address().port, framework: FRAMEWORK, format: FORMAT,
     node: process.version, express: FRAMEWORK === 'express' ? require('express/package.json').version : '',
+    tls: TLS ? process.versions.openssl : '',
   });
 });
 process.on('SIGTERM', () => process.exit(0));

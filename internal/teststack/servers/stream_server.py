@@ -9,7 +9,9 @@ parameters events, think_ms and interval_ms override the defaults per
 request. {"stream": false} gets one JSON body with a Content-Length.
 
 Environment: TW_PORT (0: any free port), TW_FRAMEWORK (starlette, fastapi),
-TW_FORMAT (openai, ollama), TW_EVENTS, TW_THINK_MS, TW_INTERVAL_MS.
+TW_FORMAT (openai, ollama), TW_EVENTS, TW_THINK_MS, TW_INTERVAL_MS, and
+TW_TLS_CERT with TW_TLS_KEY to serve HTTPS (uvicorn's ssl_certfile and
+ssl_keyfile: Python's ssl module on asyncio, OpenSSL's memory BIOs).
 
 Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 once the socket listens, then one line per request when its response is
@@ -142,8 +144,10 @@ def main():
     # Connections made from here on wait in the backlog until uvicorn
     # accepts them: ready before serve() is not too early.
     report({"ready": True, "port": sock.getsockname()[1], "framework": FRAMEWORK, "format": FORMAT,
-            "uvicorn": uvicorn.__version__, "python": sys.version.split()[0]})
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+            "uvicorn": uvicorn.__version__, "python": sys.version.split()[0],
+            "tls": bool(os.environ.get("TW_TLS_CERT"))})
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            ssl_certfile=os.environ.get("TW_TLS_CERT"), ssl_keyfile=os.environ.get("TW_TLS_KEY"))
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
 
 

@@ -1,0 +1,63 @@
+package teststack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+)
+
+// NodeResult is one request as the Node client saw it (times are
+// CLOCK_MONOTONIC, comparable with the kernel's).
+type NodeResult struct {
+	Status    int      `json:"status"`
+	Events    int      `json:"events"` // data events before [DONE]
+	Done      bool     `json:"done"`
+	LocalPort int      `json:"local_port"`
+	SentNS    uint64   `json:"sent_ns"`  // before the request was made
+	EventNS   []uint64 `json:"event_ns"` // as each event arrived
+	EndNS     uint64   `json:"end_ns"`
+}
+
+// NodeClient POSTs body to url requests times, one after another on one
+// keep-alive connection, with Node's https (or http) module, trusting
+// caFile when it is set, and returns what it saw of each.
+func NodeClient(ctx context.Context, url, caFile string, requests int, body string) ([]NodeResult, error) {
+	node, err := findTool(NodeEnv, "node")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "teststack-nodeclient-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	src, _ := files.ReadFile("servers/stream_client.js")
+	script := filepath.Join(dir, "stream_client.js")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, node, script, url, strconv.Itoa(requests), body)
+	cmd.Env = append(os.Environ(), "TW_CA="+caFile)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var out []NodeResult
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var r NodeResult
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return out, fmt.Errorf("node client: %q: %w", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	if runErr != nil {
+		return out, fmt.Errorf("node client: %v: %s", runErr, stderr.String())
+	}
+	return out, nil
+}

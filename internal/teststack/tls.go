@@ -1,0 +1,134 @@
+package teststack
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TLSCert is a self-signed certificate for 127.0.0.1 and ::1 and its key,
+// made when a test runs (no key is ever committed), in PEM files for
+// servers and clients that read files, and as Go values.
+type TLSCert struct {
+	CertFile, KeyFile string // PEM
+	Cert              tls.Certificate
+	Pool              *x509.CertPool // trusts Cert
+}
+
+// NewTLSCert makes a certificate valid for an hour and writes it to dir.
+func NewTLSCert(dir string) (*TLSCert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "tokenwire test"},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:              []string{"localhost"},
+		BasicConstraintsValid: true,
+		IsCA:                  true, // its own issuer: clients trust it as the CA
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	c := &TLSCert{CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	if err := os.WriteFile(c.CertFile, certPEM, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(c.KeyFile, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if c.Cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, err
+	}
+	c.Pool = x509.NewCertPool()
+	c.Pool.AppendCertsFromPEM(certPEM)
+	return c, nil
+}
+
+// MakeTLSCert makes a certificate in a directory the test removes.
+func MakeTLSCert(tb testing.TB) *TLSCert {
+	tb.Helper()
+	c, err := NewTLSCert(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// ServerConfig serves c over HTTP/1.1 (the stream probe reads HTTP/1.x;
+// Go would otherwise offer HTTP/2 to clients that ask).
+func (c *TLSCert) ServerConfig() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{c.Cert}, NextProtos: []string{"http/1.1"}}
+}
+
+// ClientConfig trusts c and asks for HTTP/1.1.
+func (c *TLSCert) ClientConfig() *tls.Config {
+	return &tls.Config{RootCAs: c.Pool, NextProtos: []string{"http/1.1"}}
+}
+
+// HTTPClient is a Go client that trusts c, one keep-alive connection per
+// host at most when oneConn is set.
+func (c *TLSCert) HTTPClient(oneConn bool) *http.Client {
+	tr := &http.Transport{TLSClientConfig: c.ClientConfig(), ForceAttemptHTTP2: false}
+	if oneConn {
+		tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = 1, 1
+	}
+	return &http.Client{Transport: tr}
+}
+
+// StartHTTPS serves h over TLS with cert (HTTP/1.1 only) on a free
+// 127.0.0.1 port until Close.
+func StartHTTPS(cert *TLSCert, h http.Handler) (*HTTPServer, error) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &HTTPServer{Addr: ln.Addr().String(), Port: ln.Addr().(*net.TCPAddr).Port,
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+			// Not nil: no HTTP/2.
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}}
+	s.URL = "https://" + s.Addr
+	go s.srv.Serve(tls.NewListener(ln, cert.ServerConfig()))
+	return s, nil
+}
+
+// ServeHTTPS serves h over TLS on a free 127.0.0.1 port until the test
+// ends.
+func ServeHTTPS(tb testing.TB, cert *TLSCert, h http.Handler) *HTTPServer {
+	tb.Helper()
+	s, err := StartHTTPS(cert, h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
