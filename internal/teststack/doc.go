@@ -10,7 +10,11 @@
 //     module or express from npm) ([StartPython], [StartNode]); each
 //     prints a JSON line per request with what it wrote;
 //   - clients: one that sends chat completions the way the official
-//     openai SDKs do ([SDKClient]) and a curl runner ([Curl]);
+//     openai SDKs do ([SDKClient]), a curl runner ([Curl], [CurlWith])
+//     and a Node client ([NodeClient]);
+//   - TLS: a certificate made when the test runs ([NewTLSCert]) that the
+//     servers serve (StackOptions.TLS, [ServeHTTPS]) and the clients
+//     trust;
 //   - one child-process helper ([StartProc], [Group]): own process group,
 //     readiness by line or probe, output captured, SIGTERM then SIGKILL.
 //
