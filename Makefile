@@ -155,10 +155,11 @@ e2e: deps build k8s-test grafana-test
 	fi
 	go test -tags e2e -count=1 -timeout 5m -v ./e2e/
 
-## reliability: the fault tests (connection flood, record loss, address reuse, kill -9) with the built collector; writes docs/results/reliability.md (root; under a minute)
+## reliability: the fault tests (connection flood, record loss, address reuse, kill -9) with the built collector; writes docs/results/reliability.md and the README's table (root; under a minute)
 reliability: deps build
 	@mkdir -p docs/results
-	TOKENWIRE_RESULTS=$(CURDIR)/docs/results/reliability.md go test -tags e2e -count=1 -timeout 5m -run '^TestReliability$$' -v ./e2e/
+	TOKENWIRE_RESULTS=$(CURDIR)/docs/results/reliability.md TOKENWIRE_README=$(CURDIR)/README.md \
+		go test -tags e2e -count=1 -timeout 5m -run '^TestReliability$$' -v ./e2e/
 
 ## k8s-test: decode deploy/kubernetes's manifests strictly into the Kubernetes API types and validate their collector configs (own Go module)
 k8s-test: build

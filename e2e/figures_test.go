@@ -45,6 +45,32 @@ func (f *figures) write(t *testing.T) {
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Error(err)
 	}
+	if readme := os.Getenv("TOKENWIRE_README"); readme != "" {
+		var table strings.Builder
+		table.WriteString("| test | figure |\n| --- | --- |\n")
+		for _, r := range f.rows {
+			fmt.Fprintf(&table, "| %s | %s |\n", r[0], r[1])
+		}
+		if err := replaceBlock(readme, "reliability", table.String()); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// replaceBlock replaces what sits between the lines <!-- name:begin -->
+// and <!-- name:end --> of the file at path with body.
+func replaceBlock(path, name, body string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	begin, end := "<!-- "+name+":begin -->\n", "<!-- "+name+":end -->"
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %s block (%q ... %q)", path, name, begin, end)
+	}
+	return os.WriteFile(path, []byte(s[:i+len(begin)]+body+s[j:]), 0o644)
 }
 
 func kernelRelease() string {
