@@ -157,14 +157,11 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 		QemuVersion: QemuVersion(), QemuCommand: QemuCommandLine(),
 		Host: fmt.Sprintf("this machine: Linux %s, %d cores", hostRelease(), runtime.NumCPU()),
 		Jobs: o.jobs, Cores: runtime.NumCPU(), Hooks: Hooks(), Rows: rows,
-		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), HookRunOnly: map[string][]string{},
+		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), HookRunOnly: OnlyOf(pkgs),
 	}
 	m.Commit, m.Dirty = gitCommit()
 	for _, p := range pkgs {
 		m.Capabilities = append(m.Capabilities, p.Capability)
-		if only := hookRunOnly[p.Dir]; len(only) > 0 {
-			m.HookRunOnly[p.Dir] = only
-		}
 	}
 	m.WallSeconds = time.Since(start).Seconds()
 	m.BusySeconds = busySeconds() - busy0

@@ -81,15 +81,9 @@ func (m *Matrix) Markdown() string {
 		rows = append(rows, []string{s.Dir, s.Test, s.Reason})
 	}
 	b.WriteString(table([]string{"package", "test", "reason"}, rows) + "\n")
-	var dirs []string
-	for dir := range m.HookRunOnly {
-		dirs = append(dirs, dir)
-	}
-	slices.Sort(dirs)
-	for _, dir := range dirs {
-		fmt.Fprintf(&b, "The forced-hook runs of %s take only %s; its other tests run in the default run: "+
-			"it has no hook logic of its own, and its stream and handshake probes run whole per hook type in their packages (see hookRunOnly in kernels/plan.go).\n\n",
-			dir, strings.Join(m.HookRunOnly[dir], ", "))
+	for _, o := range m.HookRunOnly {
+		fmt.Fprintf(&b, "The forced-hook runs of %s take only %s; its other tests run in the default run. Why: %s.\n\n",
+			o.Dir, strings.Join(o.Tests, ", "), o.Reason)
 	}
 
 	var skipped []string

@@ -3,6 +3,7 @@ package main
 import (
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,8 +38,11 @@ func TestBuildPlan(t *testing.T) {
 	if r := ids["fentry/stream"]; r.SameAs != "default/stream" {
 		t.Errorf("fentry/stream: same as %q; forcing fentry gives the default order", r.SameAs)
 	}
-	if r := ids["kprobe/stream"]; r.SameAs != "" || r.SkipPattern() != "^(TestEveryHookType)$" {
-		t.Errorf("kprobe/stream: same as %q, skip %q", r.SameAs, r.SkipPattern())
+	if r := ids["kprobe/stream"]; r.SameAs != "" || r.SkipPattern() != "" || !strings.HasPrefix(r.RunPattern(), "^(TestHooksInUse|") {
+		t.Errorf("kprobe/stream: same as %q, skip %q, run %q", r.SameAs, r.SkipPattern(), r.RunPattern())
+	}
+	if r := ids["kprobe/handshake"]; r.RunPattern() != "" || !strings.Contains(r.SkipPattern(), "TestEveryHookTypeOrAClearRefusal") {
+		t.Errorf("kprobe/handshake: run %q, skip %q", r.RunPattern(), r.SkipPattern())
 	}
 	if r := ids["kprobe/receiver"]; r.RunPattern() != "^(TestHandshakeMetricsAreExact|TestStreamMetricsAndSpans|TestShutdownReportsEveryEndedStream)$" {
 		t.Errorf("kprobe/receiver runs %q", r.RunPattern())

@@ -33,11 +33,11 @@ type Matrix struct {
 	Excluded []Skip `json:"excluded_in_guests"`
 	// HookRunSkips lists the tests left out of the forced-hook runs.
 	HookRunSkips []Skip `json:"excluded_from_forced_hook_runs"`
-	// HookRunOnly lists, per package, the only tests of its forced-hook
-	// runs.
-	HookRunOnly map[string][]string `json:"forced_hook_runs_only"`
-	Cells       int                 `json:"cells"`
-	Failed      int                 `json:"failed_cells"`
+	// HookRunOnly lists the packages whose forced-hook runs take only
+	// some of their tests.
+	HookRunOnly []Only `json:"forced_hook_runs_only"`
+	Cells       int    `json:"cells"`
+	Failed      int    `json:"failed_cells"`
 }
 
 // Cell finds the run of capability c under hook h in row r.

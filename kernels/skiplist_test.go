@@ -52,11 +52,11 @@ func TestGuestSkipsMatchTheSources(t *testing.T) {
 			t.Errorf("hookRunSkips names %s.%s, which does not exist", s.Dir, s.Test)
 		}
 	}
-	for dir, names := range hookRunOnly {
-		tests, _ := toolNeeds(t, filepath.Join("..", dir))
-		for _, name := range names {
+	for _, o := range hookRunOnly {
+		tests, _ := toolNeeds(t, filepath.Join("..", o.Dir))
+		for _, name := range o.Tests {
 			if !slices.Contains(tests, name) {
-				t.Errorf("hookRunOnly names %s.%s, which does not exist", dir, name)
+				t.Errorf("hookRunOnly names %s.%s, which does not exist", o.Dir, name)
 			}
 		}
 	}
