@@ -44,6 +44,7 @@ struct tls_call {
 	__u64 rd_ssl, rd_buf, rd_lenp; /* a read call: its TLS object, buffer, SSL_read_ex's length */
 	__u64 rd_sk, rd_gen;           /* a watched socket read inside it */
 	__u64 wr_ssl, wr_buf, wr_lenp; /* a write call */
+	__u64 retry_ssl, retry_buf;    /* a write call that failed: its retry is no new write */
 	__u64 rx_sk, rx_gen;           /* the socket read last, unclaimed */
 	__u32 rd_nest, wr_nest;        /* calls of the same call inside it (an _ex wrapping the other) */
 };

@@ -6,6 +6,8 @@
  *   OpenSSL API (libssl 1.1 and 3, shared; or linked into the executable:
  *   Node, BoringSSL in Envoy): SSL_read, SSL_read_ex, SSL_write and
  *   SSL_write_ex, at entry and return (uretprobes), keyed by thread.
+ *   Reads are accounted at their return (the plaintext is there then),
+ *   writes at their entry (tls_write_enter says why).
  *   Go crypto/tls: (*Conn).Read and (*Conn).Write, at entry and at each
  *   of their RET instructions (a uretprobe would rewrite a return address
  *   on a goroutine stack the runtime moves), keyed by goroutine; the
@@ -59,28 +61,17 @@ static __always_inline void plain_write(const struct sock *sk, struct stream_sta
 	account_write(sk, st, flags, n, bpf_ktime_get_ns());
 }
 
-/* tls_enter notes a read or write call of the TLS object ssl, its buffer
- * and (SSL_*_ex) where its length will be. An _ex call that calls the
- * plain one with the same arguments (BoringSSL) is one call; a call whose
- * return was missed is replaced. A Go function that grew its stack runs
- * its entry twice: the same call (nestable is 0). */
-static __always_inline int tls_enter(const struct tls_call_key *key, __u64 ssl, __u64 buf, __u64 lenp, int write,
-				     int nestable)
+/* tls_read_enter notes a read call of the TLS object ssl into buf, and
+ * (SSL_read_ex) where its length will be. An _ex call that calls the
+ * plain one with the same arguments (BoringSSL) is one call (nestable); a
+ * call whose return was missed is replaced. A Go function that grows its
+ * stack runs its entry again: the same call. */
+static __always_inline int tls_read_enter(const struct tls_call_key *key, __u64 ssl, __u64 buf, __u64 lenp,
+					  int nestable)
 {
 	struct tls_call *c = tls_call_of(key, 1);
 	if (!c)
 		return 0;
-	if (write) {
-		if (nestable && !lenp && c->wr_ssl == ssl && c->wr_buf == buf && c->wr_lenp) {
-			c->wr_nest++;
-			return 0;
-		}
-		c->wr_ssl = ssl;
-		c->wr_buf = buf;
-		c->wr_lenp = lenp;
-		c->wr_nest = 0;
-		return 0;
-	}
 	if (nestable && !lenp && c->rd_ssl == ssl && c->rd_buf == buf && c->rd_lenp) {
 		c->rd_nest++;
 		return 0;
@@ -90,6 +81,44 @@ static __always_inline int tls_enter(const struct tls_call_key *key, __u64 ssl, 
 	c->rd_lenp = lenp;
 	c->rd_nest = 0;
 	c->rd_sk = 0;
+	return 0;
+}
+
+/* tls_write_enter accounts a write call of n bytes of plaintext at buf on
+ * the TLS object ssl, at its entry: a response's last write is accounted
+ * before its bytes can reach the client, and so before the client's next
+ * request is read (a thread that reads the socket while another writes
+ * could return from its read call first). Nested calls (BoringSSL's _ex
+ * calling the plain one, Go's entry run again) and the retry of a write
+ * that failed with the same arguments (nginx, non-blocking) are no new
+ * write. */
+static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64 ssl, __u64 buf, __s64 n,
+					   __u64 lenp, int nestable)
+{
+	struct tls_call *c = tls_call_of(key, 1);
+	if (!c)
+		return 0;
+	if (c->wr_ssl == ssl && c->wr_buf == buf) {
+		if (nestable)
+			c->wr_nest++;
+		return 0;
+	}
+	int retry = c->retry_ssl == ssl && c->retry_buf == buf;
+	c->retry_ssl = 0;
+	c->wr_ssl = ssl;
+	c->wr_buf = buf;
+	c->wr_lenp = lenp;
+	c->wr_nest = 0;
+	if (retry || n <= 0)
+		return 0;
+	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = ssl};
+	struct tls_conn *conn = bpf_map_lookup_elem(&tw_st_tls_conns, &ck);
+	if (!conn)
+		return 0;
+	__u64 sk = conn->sk;
+	struct stream_state *st = plain_state(sk, conn->gen);
+	if (st)
+		plain_write((const struct sock *)sk, st, (const char *)buf, n);
 	return 0;
 }
 
@@ -147,8 +176,8 @@ static __always_inline int tls_read_done(const struct tls_call_key *key, __s64 r
 	return 0;
 }
 
-/* tls_write_done handles a write call's return: its plaintext, on a TLS
- * object whose socket a read taught. */
+/* tls_write_done ends a write call: one that failed is retried with the
+ * same arguments, which is no new write. */
 static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 ret)
 {
 	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
@@ -158,19 +187,11 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
 		c->wr_nest--;
 		return 0;
 	}
-	__u64 buf = c->wr_buf;
-	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = c->wr_ssl};
-	__s64 n = call_bytes(ret, c->wr_lenp);
+	if (call_bytes(ret, c->wr_lenp) <= 0) {
+		c->retry_ssl = c->wr_ssl;
+		c->retry_buf = c->wr_buf;
+	}
 	c->wr_ssl = 0;
-	if (n <= 0)
-		return 0;
-	struct tls_conn *conn = bpf_map_lookup_elem(&tw_st_tls_conns, &ck);
-	if (!conn)
-		return 0;
-	__u64 sk = conn->sk;
-	struct stream_state *st = plain_state(sk, conn->gen);
-	if (st)
-		plain_write((const struct sock *)sk, st, (const char *)buf, n);
 	return 0;
 }
 
@@ -193,14 +214,14 @@ SEC("uprobe")
 int BPF_KPROBE(tw_tls_rd, void *ssl, void *buf)
 {
 	struct tls_call_key k = thread_key();
-	return tls_enter(&k, (__u64)ssl, (__u64)buf, 0, 0, 1);
+	return tls_read_enter(&k, (__u64)ssl, (__u64)buf, 0, 1);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(tw_tls_rdex, void *ssl, void *buf, __u64 num, __u64 *readbytes)
 {
 	struct tls_call_key k = thread_key();
-	return tls_enter(&k, (__u64)ssl, (__u64)buf, (__u64)readbytes, 0, 1);
+	return tls_read_enter(&k, (__u64)ssl, (__u64)buf, (__u64)readbytes, 1);
 }
 
 SEC("uretprobe")
@@ -211,17 +232,17 @@ int BPF_KRETPROBE(tw_tls_rd_ret, int ret)
 }
 
 SEC("uprobe")
-int BPF_KPROBE(tw_tls_wr, void *ssl, const void *buf)
+int BPF_KPROBE(tw_tls_wr, void *ssl, const void *buf, int num)
 {
 	struct tls_call_key k = thread_key();
-	return tls_enter(&k, (__u64)ssl, (__u64)buf, 0, 1, 1);
+	return tls_write_enter(&k, (__u64)ssl, (__u64)buf, num, 0, 1);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(tw_tls_wrex, void *ssl, const void *buf, __u64 num, __u64 *written)
 {
 	struct tls_call_key k = thread_key();
-	return tls_enter(&k, (__u64)ssl, (__u64)buf, (__u64)written, 1, 1);
+	return tls_write_enter(&k, (__u64)ssl, (__u64)buf, num, (__u64)written, 1);
 }
 
 SEC("uretprobe")
@@ -235,7 +256,7 @@ SEC("uprobe")
 int tw_tls_go_rd(struct pt_regs *ctx)
 {
 	struct tls_call_key k = goroutine_key(ctx);
-	return tls_enter(&k, ctx->ax, ctx->bx, 0, 0, 0);
+	return tls_read_enter(&k, ctx->ax, ctx->bx, 0, 0);
 }
 
 SEC("uprobe")
@@ -249,7 +270,7 @@ SEC("uprobe")
 int tw_tls_go_wr(struct pt_regs *ctx)
 {
 	struct tls_call_key k = goroutine_key(ctx);
-	return tls_enter(&k, ctx->ax, ctx->bx, 0, 1, 0);
+	return tls_write_enter(&k, ctx->ax, ctx->bx, (__s64)ctx->cx, 0, 0);
 }
 
 SEC("uprobe")

@@ -105,19 +105,21 @@ type StreamStreamStats struct {
 }
 
 type StreamTlsCall struct {
-	_      structs.HostLayout
-	RdSsl  uint64
-	RdBuf  uint64
-	RdLenp uint64
-	RdSk   uint64
-	RdGen  uint64
-	WrSsl  uint64
-	WrBuf  uint64
-	WrLenp uint64
-	RxSk   uint64
-	RxGen  uint64
-	RdNest uint32
-	WrNest uint32
+	_        structs.HostLayout
+	RdSsl    uint64
+	RdBuf    uint64
+	RdLenp   uint64
+	RdSk     uint64
+	RdGen    uint64
+	WrSsl    uint64
+	WrBuf    uint64
+	WrLenp   uint64
+	RetrySsl uint64
+	RetryBuf uint64
+	RxSk     uint64
+	RxGen    uint64
+	RdNest   uint32
+	WrNest   uint32
 }
 
 type StreamTlsCallKey struct {
