@@ -77,6 +77,10 @@ type Config struct {
 	// stateInMap keeps per-connection state in the map even where socket
 	// storage works (tests: the way untyped hook types and 5.10 need).
 	stateInMap bool
+	// tlsPerfLinks attaches the TLS uprobes with one perf-event link each
+	// even where uprobe_multi links work (tests: the way kernels before
+	// 6.6 need).
+	tlsPerfLinks bool
 }
 
 // Counters are kernel-side counters summed over CPUs.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/tlsprobe"
@@ -51,9 +52,17 @@ var tlsPrograms = []string{
 // the manager that attaches them. A failure leaves streams running, their
 // TLS opaque; TLSError says why.
 func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) {
+	// uprobe_multi links (Linux 6.6+) detach far faster than one
+	// perf-event link per probed instruction; programs are loaded for the
+	// one or the other.
+	multi := features.HaveBPFLinkUprobeMulti() == nil && !cfg.tlsPerfLinks
+	attachType := ebpf.AttachNone
+	if multi {
+		attachType = ebpf.AttachTraceUprobeMulti
+	}
 	progs := make([]*ebpf.Program, len(tlsPrograms))
 	for i, name := range tlsPrograms {
-		p, err := loadProgram(spec, maps, name)
+		p, err := loadProgram(spec, maps, name, attachType)
 		if err != nil {
 			t.tls.err = fmt.Errorf("loading the TLS uprobes: %w", err)
 			for _, p := range t.tls.progs {
@@ -73,6 +82,7 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 			Write: progs[3], WriteEx: progs[4], WriteRet: progs[5],
 			GoRead: progs[6], GoReadRet: progs[7], GoWrite: progs[8], GoWriteRet: progs[9],
 		},
+		Multi:  multi,
 		Procs:  t.maps.TwStTlsProcs,
 		Report: cfg.TLS.Report,
 	})
@@ -91,13 +101,15 @@ func cmpDuration(d, def time.Duration) time.Duration {
 
 // loadProgram loads one program of spec, alone, with maps in place of
 // the collection's.
-func loadProgram(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, name string) (*ebpf.Program, error) {
+func loadProgram(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, name string, attach ebpf.AttachType) (*ebpf.Program, error) {
 	ps, ok := spec.Programs[name]
 	if !ok {
 		return nil, fmt.Errorf("no program %q in the collection", name)
 	}
 	one := spec.Copy()
-	one.Programs = map[string]*ebpf.ProgramSpec{"prog": ps.Copy()}
+	prog := ps.Copy()
+	prog.AttachType = attach
+	one.Programs = map[string]*ebpf.ProgramSpec{"prog": prog}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"prog"`
 	}
