@@ -14,11 +14,21 @@ OCB         := $(BIN_DIR)/builder
 OCB_VERSION := v0.165.0
 CONFIG      := config.yaml
 
+# The BPF compiler and its flags, for every bpf2go line in the tree: the
+# go:generate lines read them as $BPF_CLANG and $BPF_CFLAGS (and stop with a
+# pointer here when they are unset), so the committed objects come from one
+# compiler with one set of flags and check-generated compares like with like.
+# bpf2go derives llvm-strip-$(LLVM_VERSION) from the compiler's name.
+LLVM_VERSION := 19
+BPF_CLANG    := clang-$(LLVM_VERSION)
+BPF_CFLAGS   := -O2 -g -Wall -Werror
+export BPF_CLANG BPF_CFLAGS
+
 # Debian packages: clang/llvm compile the BPF C (bpf2go), libbpf-dev and
 # bpftool for headers and BTF dumps, iproute2 for the network-namespace tests,
 # git for check-generated, uvicorn/starlette/FastAPI for the tests' Python
 # servers and curl for their curl client (internal/teststack).
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev bpftool iproute2 git \
+APT_PACKAGES := $(BPF_CLANG) llvm-$(LLVM_VERSION) libbpf-dev bpftool iproute2 git \
 	python3-uvicorn python3-starlette python3-fastapi curl
 # express for the tests' Node server: internal/teststack/node's lock file,
 # installed into $(NPM_DIR) (where the tests look for it).
@@ -60,10 +70,10 @@ $(OCB):
 generate: deps
 	go generate ./bpf/... ./receiver/... ./bench/...
 
-## check-generated: fail if `make generate` changes tracked files or adds files under bpf/ or receiver/
+## check-generated: fail if `make generate` changes tracked files or adds files under bpf/, receiver/ or bench/
 check-generated: generate
 	@changed=$$(git status --porcelain --untracked-files=no); \
-	added=$$(git status --porcelain --untracked-files=all -- bpf receiver | grep '^??' || true); \
+	added=$$(git status --porcelain --untracked-files=all -- bpf receiver bench | grep '^??' || true); \
 	if [[ -n "$$changed$$added" ]]; then \
 		echo "check-generated: FAILED: after 'make generate' the tree differs from the last commit."; \
 		echo "Either generated code is stale (run 'make generate' and commit the result)"; \

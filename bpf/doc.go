@@ -5,4 +5,5 @@
 // gomod entry) works without clang; `make generate` reproduces them.
 package bpf
 
-//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -target amd64 -type handshake_event -type tw_endpoints -type tw_counter -type tw_role -type tw_handshake_flag Handshake handshake.bpf.c -- -I./headers -I.
+//go:generate sh -c "test -n \"$BPF_CLANG\" || { echo 'BPF_CLANG and BPF_CFLAGS are unset: run make generate (the Makefile owns the BPF compiler and flags)' >&2; exit 1; }"
+//go:generate go tool bpf2go -cc $BPF_CLANG -cflags $BPF_CFLAGS -target amd64 -type handshake_event -type tw_endpoints -type tw_counter -type tw_role -type tw_handshake_flag Handshake handshake.bpf.c -- -I./headers -I.

@@ -1,3 +1,4 @@
 package main
 
-//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -target amd64 producer producer.bpf.c -- -I../../bpf/headers -I../../bpf
+//go:generate sh -c "test -n \"$BPF_CLANG\" || { echo 'BPF_CLANG and BPF_CFLAGS are unset: run make generate (the Makefile owns the BPF compiler and flags)' >&2; exit 1; }"
+//go:generate go tool bpf2go -cc $BPF_CLANG -cflags $BPF_CFLAGS -target amd64 producer producer.bpf.c -- -I../../bpf/headers -I../../bpf
