@@ -27,7 +27,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
-	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/teststack"
@@ -306,8 +305,8 @@ func cost(addr string, port uint16, report *strings.Builder) error {
 		perChunk = append(perChunk, roundNS/chunks)
 
 		// floor
-		var objs bpf.FloorObjects
-		if err := bpf.LoadFloorObjects(&objs, nil); err != nil {
+		var objs floorObjects
+		if err := loadFloorObjects(&objs, nil); err != nil {
 			return err
 		}
 		progs := map[string]*ebpf.Program{
