@@ -41,7 +41,7 @@ BUILD_INPUTS := $(shell find . \( -path ./$(BUILD_DIR) -o -path ./.git \) -prune
 	-type f \( -name '*.go' -o -name '*.o' -o -name go.mod -o -name go.sum \) -print) \
 	builder-config.yaml
 
-.PHONY: deps generate check-generated build run test validate bench fuzz clean
+.PHONY: deps generate check-generated build run test validate lint bench fuzz clean
 
 ## deps: install what is missing (apt packages, tracefs/bpffs mounts, ocb); idempotent
 deps: $(OCB)
@@ -104,6 +104,18 @@ test: export TOKENWIRE_REQUIRE_BPF := 1
 test: export TOKENWIRE_REQUIRE_STACKS := 1
 test: deps
 	go test -count=1 -p 1 -timeout 20m ./...
+
+# The linters run from the tools module (internal/tools/go.mod pins them), over
+# every module of the repository with the e2e tag so e2e/ is checked too.
+STATICCHECK  := go tool -modfile=$(CURDIR)/internal/tools/go.mod staticcheck
+LINT_MODULES := . deploy/kubernetes deploy/grafana
+
+## lint: go vet and staticcheck over every module (root, deploy/kubernetes, deploy/grafana)
+lint:
+	@for m in $(LINT_MODULES); do \
+		echo "lint: $$m"; \
+		(cd $$m && go vet -tags e2e ./... && $(STATICCHECK) -tags e2e ./...); \
+	done
 
 ## validate: check config.yaml (and examples/*.yaml) with the built collector
 validate: build

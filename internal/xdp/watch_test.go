@@ -155,9 +155,9 @@ func TestWatcherAppliesOnlyCompleteFiles(t *testing.T) {
 			f.Close()
 			continue
 		}
-		events := waitReloads(t, log, 1, 10*time.Second)
+		waitReloads(t, log, 1, 10*time.Second)
 		time.Sleep(3 * interval) // nothing else may come
-		events = log.snapshot()
+		events := log.snapshot()
 		for i, ev := range events {
 			if ev.err != nil {
 				t.Errorf("reload %d failed: %v", i, ev.err)

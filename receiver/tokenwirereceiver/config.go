@@ -221,7 +221,7 @@ func createDefaultConfig() *Config {
 			MinPrefixLenIPv4: xdp.DefaultMinPrefixLen4,
 			MinPrefixLenIPv6: xdp.DefaultMinPrefixLen6,
 		},
-		MetricsBuilderConfig: metadata.DefaultMetricsBuilderConfig(),
+		MetricsBuilderConfig: metadata.NewDefaultMetricsBuilderConfig(),
 	}
 }
 
