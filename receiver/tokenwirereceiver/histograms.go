@@ -9,11 +9,10 @@ import (
 	"github.com/tokenwire/tokenwire/internal/streamagg"
 )
 
-// Histogram metrics. mdatagen v0.159.0, the newest the module proxy
-// serves, generates MetricsBuilder code for histograms that does not
-// compile (it writes number data points into a histogram); so the
-// histograms' names, units and buckets live here, and the component's
-// README documents them next to documentation.md.
+// Histogram metrics: their names, units and buckets live here rather than in
+// metadata.yaml, whose mdatagen cannot generate histograms
+// (internal/tools/go.mod says why); the component's README documents them
+// next to documentation.md.
 
 // histogramDef describes one histogram metric.
 type histogramDef struct {
