@@ -13,7 +13,6 @@ type Counter = HandshakeTwCounter
 const (
 	CounterRingbufLost        = HandshakeTwCounterTW_COUNTER_RINGBUF_LOST
 	CounterHandshakeUntracked = HandshakeTwCounterTW_COUNTER_HANDSHAKE_UNTRACKED
-	CounterMax                = HandshakeTwCounterTW_COUNTER_MAX
 )
 
 // Handshake roles and flags (enum tw_role, enum tw_handshake_flag).

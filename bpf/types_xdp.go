@@ -26,7 +26,6 @@ const XDPBucketSlots = len(XDPBucket4{}.Slot)
 const (
 	XDPActionDrop = uint32(XdpFilterTwXdpActionTW_XDP_ACTION_DROP)
 	XDPActionPass = uint32(XdpFilterTwXdpActionTW_XDP_ACTION_PASS)
-	XDPActionMax  = uint32(XdpFilterTwXdpActionTW_XDP_ACTION_MAX)
 )
 
 // XDP reasons (enum tw_xdp_reason).
