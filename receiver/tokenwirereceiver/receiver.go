@@ -371,10 +371,22 @@ func (r *tokenwireReceiver) registerTelemetry() error {
 		return errors.Join(errs...)
 	}
 	hookAttrs := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("hook", string(tr.Hook().Kind))))
+	startNotSeen := metric.WithAttributeSet(attribute.NewSet(handshakeAttr, attribute.String("reason", "start_not_seen")))
 	return errors.Join(append(errs,
 		r.registerRingTelemetry(handshakeAttr, "tw_hs_syn_sent",
 			func() (uint64, error) { c, err := tr.Counters(); return c.RecordsLost, err },
 			tr.TrackedSockets),
+		// Client handshakes that ended without a start to measure from:
+		// their durations and failures are missing from the metrics, and a
+		// growing count under load means tw_hs_syn_sent is evicting.
+		r.telemetry.RegisterReceiverTokenwireConnectionsUntrackedCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := tr.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.Untracked), startNotSeen)
+			return nil
+		}),
 		r.telemetry.RegisterReceiverTokenwireProgramsAttachedCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(1, hookAttrs)
 			return nil

@@ -2,6 +2,7 @@ package tokenwirereceiver
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,4 +80,12 @@ func TestSelfTelemetry(t *testing.T) {
 	require.Len(t, up.Data.(metricdata.Gauge[int64]).DataPoints, 2)
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_streams_open", ""), int64(0))
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_map_entries", "stream"), int64(0))
+	// The handshake probe's count of client handshakes it could not
+	// measure is reported (its value depends on what else connected).
+	untracked, err := tel.GetMetric("otelcol_receiver_tokenwire_connections_untracked")
+	require.NoError(t, err)
+	want := attribute.NewSet(attribute.String("capability", "handshake"), attribute.String("reason", "start_not_seen"))
+	require.True(t, slices.ContainsFunc(untracked.Data.(metricdata.Sum[int64]).DataPoints, func(dp metricdata.DataPoint[int64]) bool {
+		return dp.Attributes.Equals(&want)
+	}), "no handshake start_not_seen point")
 }

@@ -226,7 +226,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireConnectionsUntracked, err = builder.meter.Int64ObservableCounter(
 		"otelcol_receiver_tokenwire_connections_untracked",
-		metric.WithDescription("Connections on watched ports whose stream state the kernel could not keep, by reason: no_room, stale. Their streams are not reported (no_room) or start afresh (stale). [Development]"),
+		metric.WithDescription("Connections on watched ports whose state the kernel could not keep, by reason. Streams: no_room (not tracked, their streams are not reported), stale (the stream starts afresh). Handshakes (capability handshake): start_not_seen (a client handshake ended without its start in tw_hs_syn_sent: it began before the probe attached, or its entry was evicted; no duration or failure is reported for it). [Development]"),
 		metric.WithUnit("{connection}"),
 	)
 	errs = errors.Join(errs, err)

@@ -38,7 +38,7 @@ func AssertEqualReceiverTokenwireCapabilityUp(t *testing.T, tt *componenttest.Te
 func AssertEqualReceiverTokenwireConnectionsUntracked(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_connections_untracked",
-		Description: "Connections on watched ports whose stream state the kernel could not keep, by reason: no_room, stale. Their streams are not reported (no_room) or start afresh (stale). [Development]",
+		Description: "Connections on watched ports whose state the kernel could not keep, by reason. Streams: no_room (not tracked, their streams are not reported), stale (the stream starts afresh). Handshakes (capability handshake): start_not_seen (a client handshake ended without its start in tw_hs_syn_sent: it began before the probe attached, or its entry was evicted; no duration or failure is reported for it). [Development]",
 		Unit:        "{connection}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
