@@ -1,6 +1,6 @@
 # tokenwire: build, test and run the collector with the tokenwire eBPF receiver.
 # Everything here runs as root (BPF programs are loaded), on Debian 12 with Go
-# at /usr/local/go; `make deps` installs the rest. See shared/KERNEL.md.
+# at /usr/local/go; `make deps` installs the rest.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
