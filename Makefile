@@ -67,8 +67,16 @@ $(OCB):
 	GOBIN=$(CURDIR)/$(BIN_DIR) go install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
 
 ## generate: regenerate the bpf2go bindings/objects and the mdatagen code
+# clang's BTF type order depends on the length of the checkout's absolute
+# path (bpf2go hands clang absolute paths), so generation runs through a
+# fixed path, a symlink to this checkout, held under a lock: the objects are
+# the same bytes in every checkout.
+GEN_PATH := /tmp/tokenwire-generate
 generate: deps
-	go generate ./bpf/... ./receiver/... ./bench/...
+	@exec 9>$(GEN_PATH).lock; flock 9; \
+	ln -sfn $(CURDIR) $(GEN_PATH); \
+	cd $(GEN_PATH) && go generate ./bpf/... ./receiver/... ./bench/...; rc=$$?; \
+	rm -f $(GEN_PATH); exit $$rc
 
 ## check-generated: fail if `make generate` changes tracked files or adds files under bpf/, receiver/ or bench/
 check-generated: generate
