@@ -1,0 +1,145 @@
+package benchutil
+
+// The ocb-built collector as the benchmarks run it: the default pipeline
+// file unchanged but for an overlay that moves its listening ports away
+// from the defaults (other collectors on the host may hold them), turns
+// log sampling off (so that every debug-exporter line is written) and
+// points stream tracking at the benchmark server's port; or, for the
+// interceptor variants, an otlp receiver in place of tokenwire.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+// Collector says how to run the collector.
+type Collector struct {
+	Bin, Config string // the ocb-built binary and the default pipeline file
+	Dir         string // where overlays and logs go
+	// Ports it listens on, 127.0.0.1 only.
+	TelemetryPort, PromPort, HealthPort, OTLPPort int
+}
+
+// DefaultCollector uses ports away from the collector's defaults (8888,
+// 8889, 13133, 4317).
+func DefaultCollector(bin, config, dir string) Collector {
+	return Collector{Bin: bin, Config: config, Dir: dir, TelemetryPort: 18888, PromPort: 18889, HealthPort: 23133, OTLPPort: 14317}
+}
+
+// Ports are the ports that must be free before a collector starts.
+func (c Collector) Ports() []int {
+	return []int{c.TelemetryPort, c.PromPort, c.HealthPort, c.OTLPPort}
+}
+
+// OTLPEndpoint is where the otlp variant listens.
+func (c Collector) OTLPEndpoint() string { return fmt.Sprintf("127.0.0.1:%d", c.OTLPPort) }
+
+// Args writes the overlays for a collector that tracks streams on
+// streamPort (otlp: with an otlp receiver in place of tokenwire) and
+// returns the collector's command-line arguments.
+func (c Collector) Args(streamPort int, otlp bool) ([]string, error) {
+	ports := fmt.Sprintf(`receivers:
+  tokenwire:
+    streams:
+      ports: [%d]
+exporters:
+  prometheus:
+    endpoint: 127.0.0.1:%d
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:%d
+service:
+  telemetry:
+    logs:
+      sampling:
+        enabled: false
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: %d
+                without_scope_info: true
+                without_units: true
+                without_type_suffix: true
+`, streamPort, c.PromPort, c.HealthPort, c.TelemetryPort)
+	pf := filepath.Join(c.Dir, fmt.Sprintf("ports-%d.yaml", streamPort))
+	if err := os.WriteFile(pf, []byte(ports), 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{"--config", c.Config, "--config", pf}
+	if otlp {
+		of := filepath.Join(c.Dir, "otlp.yaml")
+		o := fmt.Sprintf(`receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+service:
+  pipelines:
+    metrics:
+      receivers: [otlp]
+    traces:
+      receivers: [otlp]
+`, c.OTLPEndpoint())
+		if err := os.WriteFile(of, []byte(o), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", of)
+	}
+	return args, nil
+}
+
+// Start starts the collector in g, waits until its health check answers
+// and checks that it holds BPF programs exactly when it should (tokenwire:
+// yes; otlp: no, or tokenwire is in another pipeline of the config). Its
+// log is a file of its own (Proc.LogPath). On failure its last lines go to
+// logs.
+func (c Collector) Start(g *teststack.Group, streamPort int, otlp bool, logs io.Writer) (*teststack.Proc, error) {
+	args, err := c.Args(streamPort, otlp)
+	if err != nil {
+		return nil, err
+	}
+	if err := teststack.WaitPortsFree(c.Ports(), 2*time.Minute); err != nil {
+		return nil, err
+	}
+	log, err := os.CreateTemp(c.Dir, "collector-*.log")
+	if err != nil {
+		return nil, err
+	}
+	log.Close()
+	p, err := g.Start(teststack.ProcOptions{Name: "collector", LogPath: log.Name()}, c.Bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*teststack.Proc, error) {
+		p.Stop()
+		fmt.Fprintln(logs, p.Tail(60))
+		return nil, err
+	}
+	if err := p.WaitReady(60*time.Second, "healthy health check", teststack.HTTPOK(fmt.Sprintf("http://127.0.0.1:%d/", c.HealthPort))); err != nil {
+		return fail(err)
+	}
+	time.Sleep(time.Second) // let the receiver settle after Start
+	if done, werr := p.Exited(); done {
+		return fail(fmt.Errorf("collector exited after start: %v", werr))
+	}
+	ps, err := Programs(p.Pid())
+	if err != nil {
+		return fail(fmt.Errorf("collector's BPF programs: %w", err))
+	}
+	if !otlp && len(ps) == 0 {
+		return fail(errors.New("the tokenwire collector holds no BPF programs"))
+	}
+	if otlp && len(ps) > 0 {
+		return fail(fmt.Errorf("the otlp collector holds %d BPF programs: is tokenwire in another pipeline of %s?", len(ps), c.Config))
+	}
+	return p, nil
+}

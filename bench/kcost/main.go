@@ -1,0 +1,253 @@
+// Command kcost measures what tokenwire's BPF programs cost per delivered
+// chunk: all the programs the collector holds (by their IDs, from the
+// collector's file descriptors: never another process's programs), with
+// the collector running the default pipeline (config.yaml, stream tracking
+// on the benchmark server's port), against empty programs on the same
+// hooks (bench-only, bpf/floor.bpf.c) measured in the same run under the
+// same load. Rounds alternate tokenwire and the floor, each load in each
+// round, orders rotating.
+//
+// Loads:
+//   - dense: the Go SSE server (teststack.SSEServer), -dense-streams loops
+//     each streaming -dense-chunks events -dense-interval apart, one
+//     connection per stream, with realistic ~180-byte OpenAI chunks;
+//   - sparse: the Python stack vLLM serves with (uvicorn + starlette,
+//     teststack's server) and -sparse-streams clients that send chat
+//     completions as the official openai SDK does (keep-alive), events
+//     -sparse-interval apart.
+//
+// Per program it writes run count and run time (kernel bpf stats, turned
+// on through a BPF_ENABLE_STATS descriptor: off again when this process
+// ends) and the chunks the clients received, to kcost.csv.
+//
+// Needs root and the built collector (make build). Traffic stays on
+// 127.0.0.1; every load is bounded by -duration.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/tokenwire/tokenwire/bench/benchutil"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+var (
+	collectorBin  = flag.String("collector", "_build/tokenwire", "the ocb-built collector")
+	baseConfig    = flag.String("config", "config.yaml", "the collector's default pipeline")
+	rounds        = flag.Int("rounds", 3, "rounds; each runs every load with tokenwire and with the floor")
+	duration      = flag.Duration("duration", 10*time.Second, "load time per load, mode and round")
+	denseStreams  = flag.Int("dense-streams", 20, "dense: concurrent stream loops")
+	denseChunks   = flag.Int("dense-chunks", 300, "dense: events per stream")
+	denseInterval = flag.Duration("dense-interval", 2*time.Millisecond, "dense: time between events")
+	sparseStreams = flag.Int("sparse-streams", 8, "sparse: concurrent SDK-client loops")
+	sparseChunks  = flag.Int("sparse-chunks", 40, "sparse: events per stream")
+	sparseIntv    = flag.Duration("sparse-interval", 100*time.Millisecond, "sparse: time between events")
+	idle          = flag.Duration("idle", 2*time.Second, "idle window before and after each load (the host's background runs)")
+	loadsFlag     = flag.String("loads", "dense,sparse", "loads to run")
+	outDir        = flag.String("outdir", "bench/results", "where kcost.csv goes")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "kcost:", err)
+		os.Exit(1)
+	}
+}
+
+// sample is one program's runs over one load.
+type sample struct {
+	round                int
+	load, mode, prog     string
+	id                   uint32
+	hook                 string
+	runs, ns             uint64
+	chunks, streams      int
+	bytes                int64
+	seconds, others, bsy float64
+	idleRuns, idleNs     uint64 // in the idle windows around the load
+	idleSecs             float64
+}
+
+func run() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root")
+	}
+	if _, err := os.Stat(*collectorBin); err != nil {
+		return fmt.Errorf("collector %s: %w (run make build)", *collectorBin, err)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return err
+	}
+	res, err := benchutil.OpenResults(*outDir, "kcost")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "tw-kcost-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	logs, err := os.Create(tmp + "/children.log")
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	g := &teststack.Group{}
+	defer g.StopAll()
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		return fmt.Errorf("enable bpf stats: %w", err)
+	}
+	defer stats.Close()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "kcost: %v: stopping child processes\n", s)
+		g.StopAll()
+		stats.Close()
+		os.RemoveAll(tmp)
+		os.Exit(130)
+	}()
+
+	loads, err := startLoads(tmp)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, l := range loads {
+			l.stop()
+		}
+	}()
+	coll := benchutil.DefaultCollector(*collectorBin, *baseConfig, tmp)
+	var samples []sample
+	modes := []string{"tokenwire", "floor"}
+	for r := range *rounds {
+		for k := range loads {
+			l := loads[(k+r)%len(loads)]
+			for m := range modes {
+				mode := modes[(m+r)%len(modes)]
+				fmt.Fprintf(os.Stderr, "kcost: round %d/%d, %s, %s\n", r+1, *rounds, l.name, mode)
+				ss, err := measure(g, coll, l, mode, logs)
+				if err != nil {
+					b, _ := os.ReadFile(logs.Name())
+					os.Stderr.Write(b[max(0, len(b)-4000):])
+					return fmt.Errorf("%s %s round %d: %w", l.name, mode, r+1, err)
+				}
+				for i := range ss {
+					ss[i].round = r + 1
+					s := ss[i]
+					fmt.Fprintf(os.Stderr, "  %-17s %-20s runs/chunk %.2f ns/run %.0f ns/chunk %.0f\n", s.prog, s.hook,
+						float64(s.runs)/float64(max(s.chunks, 1)), float64(s.ns)/float64(max(s.runs, 1)), float64(s.ns)/float64(max(s.chunks, 1)))
+				}
+				samples = append(samples, ss...)
+			}
+		}
+	}
+	var rows [][]string
+	for _, s := range samples {
+		rows = append(rows, []string{strconv.Itoa(s.round), s.load, s.mode, s.prog, strconv.Itoa(int(s.id)), s.hook,
+			strconv.FormatUint(s.runs, 10), strconv.FormatUint(s.ns, 10), strconv.Itoa(s.chunks), strconv.Itoa(s.streams),
+			strconv.FormatInt(s.bytes, 10), fmt.Sprintf("%.3f", s.seconds), fmt.Sprintf("%.3f", s.bsy), fmt.Sprintf("%.3f", s.others),
+			strconv.FormatUint(s.idleRuns, 10), strconv.FormatUint(s.idleNs, 10), fmt.Sprintf("%.3f", s.idleSecs)})
+	}
+	if err := res.WriteCSV("kcost.csv", []string{"round", "load", "mode", "program", "prog_id", "hook", "run_cnt", "run_ns",
+		"chunks", "streams", "chunk_bytes", "seconds", "host_busy_cores", "others_cores",
+		"idle_run_cnt", "idle_run_ns", "idle_seconds"}, rows); err != nil {
+		return err
+	}
+	params := map[string]string{"rounds": strconv.Itoa(*rounds), "duration": duration.String(), "idle": idle.String()}
+	for _, l := range loads {
+		params[l.name] = l.describe
+	}
+	return res.WriteMeta(params)
+}
+
+// measure runs one load with tokenwire's collector or with the floor
+// programs attached, and returns each program's runs and run time over
+// the load.
+func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
+	var before func() (map[uint32]benchutil.ProgStat, error)
+	switch mode {
+	case "tokenwire":
+		p, err := coll.Start(g, l.port, false, logs)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Stop()
+		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(benchutil.Programs(p.Pid())) }
+	case "floor":
+		f, err := attachFloor()
+		if err != nil {
+			return nil, err
+		}
+		defer f.close()
+		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(f.stats()) }
+	}
+	// Every program runs for every socket on the host, other tenants'
+	// included: idle windows just before and after the load (no benchmark
+	// traffic) measure that background, which the report subtracts.
+	i0, err := before()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(*idle)
+	s0, err := before()
+	if err != nil {
+		return nil, err
+	}
+	host := benchutil.StartHost()
+	t0 := time.Now()
+	lr, err := l.run(*duration)
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(t0).Seconds()
+	hl := host.Stop()
+	s1, err := before()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(*idle)
+	i1, err := before()
+	if err != nil {
+		return nil, err
+	}
+	var out []sample
+	for id, b := range s1 {
+		a := s0[id]
+		idleRuns := (s0[id].RunCnt - i0[id].RunCnt) + (i1[id].RunCnt - b.RunCnt)
+		idleNs := (s0[id].RunNs - i0[id].RunNs) + (i1[id].RunNs - b.RunNs)
+		out = append(out, sample{load: l.name, mode: mode, prog: b.Name, id: id, hook: hookOf(b.Name),
+			runs: b.RunCnt - a.RunCnt, ns: b.RunNs - a.RunNs, chunks: lr.chunks, streams: lr.streams, bytes: lr.bytes,
+			seconds: secs, bsy: hl.BusyCores, others: hl.OthersCores,
+			idleRuns: idleRuns, idleNs: idleNs, idleSecs: 2 * idle.Seconds()})
+	}
+	if lr.chunks == 0 {
+		return nil, fmt.Errorf("no chunks delivered (first error: %v)", lr.err)
+	}
+	return out, nil
+}
+
+func byID(ps []benchutil.ProgStat, err error) (map[uint32]benchutil.ProgStat, error) {
+	if err != nil {
+		return nil, err
+	}
+	m := map[uint32]benchutil.ProgStat{}
+	for _, p := range ps {
+		m[p.ID] = p
+	}
+	return m, nil
+}
