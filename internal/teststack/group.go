@@ -33,6 +33,20 @@ func (g *Group) Start(opts ProcOptions, bin string, args ...string) (*Proc, erro
 	return p, nil
 }
 
+// Adopt keeps a child started elsewhere (StartStack's server) in the
+// group, so that StopAll stops it too; after StopAll it stops it at once.
+func (g *Group) Adopt(p *Proc) {
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		p.Stop()
+		return
+	}
+	p.onStop = g.forget
+	g.live = append(g.live, p)
+	g.mu.Unlock()
+}
+
 func (g *Group) forget(p *Proc) {
 	g.mu.Lock()
 	g.live = slices.DeleteFunc(g.live, func(x *Proc) bool { return x == p })

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/tokenwire/tokenwire/bench/benchutil"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+// row is one variant in one repeat.
+type row struct {
+	Repeat       int
+	Variant      string // stack/observer
+	Streams      int
+	Load         loadResult
+	ServerCPU    float64 // CPU seconds (utime+stime, all threads) in the window
+	CollectorCPU float64
+	LoadCPU      float64
+	ServerMem    benchutil.Mem // at the end of the window
+	CollectorMem benchutil.Mem
+	BPFRunNs     uint64 // in the window, the collector's programs only
+	BPFRunCnt    uint64
+	BPFByProg    map[string]progRun // by program name
+	Window       float64            // nominal window, seconds: chunks count inside it
+	CPUWindow    float64            // measured time between the CPU snapshots, seconds
+	Host         benchutil.HostLoad // the host during the window
+	Exported     exported           // what the collector's debug exporter saw, whole run
+}
+
+// progRun is one BPF program's run time and run count.
+type progRun struct{ Ns, Cnt uint64 }
+
+// snapshot is the cumulative counters at one instant.
+type snapshot struct {
+	at                      time.Time
+	server, collector, load float64
+	bpfNs, bpfCnt           uint64
+	byProg                  map[string]progRun
+}
+
+// snap reads the counters; any error (a process gone) fails the run
+// rather than turning into a zero.
+func snap(server, collector, load *teststack.Proc) (snapshot, error) {
+	s := snapshot{at: time.Now()}
+	var err error
+	if s.server, err = benchutil.CPUSeconds(server.Pid()); err != nil {
+		return s, fmt.Errorf("server CPU: %w", err)
+	}
+	if s.load, err = benchutil.CPUSeconds(load.Pid()); err != nil {
+		return s, fmt.Errorf("load generator CPU: %w", err)
+	}
+	if collector != nil {
+		if s.collector, err = benchutil.CPUSeconds(collector.Pid()); err != nil {
+			return s, fmt.Errorf("collector CPU: %w", err)
+		}
+		// Only programs the collector holds (by ID): others on the host
+		// are not ours to count.
+		ps, err := benchutil.Programs(collector.Pid())
+		if err != nil {
+			return s, fmt.Errorf("collector's BPF programs: %w", err)
+		}
+		s.bpfNs, s.bpfCnt = benchutil.SumRunNs(ps)
+		s.byProg = map[string]progRun{}
+		for _, p := range ps {
+			r := s.byProg[p.Name]
+			s.byProg[p.Name] = progRun{r.Ns + p.RunNs, r.Cnt + p.RunCnt}
+		}
+	}
+	return s, nil
+}
+
+// runVariant runs one variant at nStreams for one window: collector (if
+// any), server, load generator; CPU and BPF counters are read at the
+// window's start and end, which the load generator uses too (passed as
+// absolute times), so chunks and CPU cover the same interval.
+func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
+	stack, observer, _ := splitVariant(variant)
+	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
+	if err := teststack.WaitPortsFree([]int{e.serverPort(stack)}, 2*time.Minute); err != nil {
+		return rw, err
+	}
+	var coll *teststack.Proc
+	if observer != "baseline" {
+		if coll, err = e.coll.Start(e.procs, e.serverPort(stack), observer == "interceptor", e.logs); err != nil {
+			return rw, err
+		}
+		defer func() {
+			coll.Stop() // after the server (defers run last first)
+			if err != nil {
+				fmt.Fprintln(e.logs, coll.Tail(60))
+			}
+		}()
+	}
+	srv, err := e.startServer(stack, observer)
+	if err != nil {
+		return rw, err
+	}
+	defer srv.Stop()
+	resFile := filepath.Join(e.tmp, "load.json")
+	os.Remove(resFile)
+	from := time.Now().Add(*warmup)
+	to := from.Add(window)
+	args := []string{"-addr", e.serverAddr(stack), "-streams", strconv.Itoa(nStreams),
+		"-from", strconv.FormatInt(from.UnixNano(), 10), "-to", strconv.FormatInt(to.UnixNano(), 10), "-out", resFile}
+	wait := time.Duration(*chunks)*(*interval)*5 + 60*time.Second
+	if stack == "python" {
+		args = append([]string{"pyload", "-chunks", strconv.Itoa(*pyChunks), "-interval", pyInterval.String()}, args...)
+		wait = time.Duration(*pyChunks)*(*pyInterval)*5 + 60*time.Second
+	} else {
+		args = append([]string{"load", "-chunks", strconv.Itoa(*chunks), "-interval", interval.String()}, args...)
+	}
+	load, err := e.procs.Start(teststack.ProcOptions{Name: "load", Log: e.logs}, e.self, args...)
+	if err != nil {
+		return rw, err
+	}
+	defer load.Stop()
+	time.Sleep(time.Until(from))
+	a, err := snap(srv, coll, load)
+	if err != nil {
+		return rw, err
+	}
+	host := benchutil.StartHost()
+	time.Sleep(time.Until(to))
+	rw.Host = host.Stop()
+	b, err := snap(srv, coll, load)
+	if err != nil {
+		return rw, err
+	}
+	if rw.ServerMem, err = benchutil.Memory(srv.Pid()); err != nil {
+		return rw, fmt.Errorf("server memory: %w", err)
+	}
+	if coll != nil {
+		if rw.CollectorMem, err = benchutil.Memory(coll.Pid()); err != nil {
+			return rw, fmt.Errorf("collector memory: %w", err)
+		}
+	}
+	rw.CPUWindow = b.at.Sub(a.at).Seconds()
+	rw.ServerCPU, rw.CollectorCPU, rw.LoadCPU = b.server-a.server, b.collector-a.collector, b.load-a.load
+	rw.BPFRunNs, rw.BPFRunCnt = b.bpfNs-a.bpfNs, b.bpfCnt-a.bpfCnt
+	if b.byProg != nil {
+		rw.BPFByProg = map[string]progRun{}
+		for name, r := range b.byProg {
+			rw.BPFByProg[name] = progRun{r.Ns - a.byProg[name].Ns, r.Cnt - a.byProg[name].Cnt}
+		}
+	}
+	// The load generator finishes the streams in flight and exits.
+	if err := load.Wait(wait); err != nil {
+		return rw, fmt.Errorf("load: %w", err)
+	}
+	if exited(srv) || (coll != nil && exited(coll)) {
+		return rw, errors.New("server or collector exited during the run")
+	}
+	raw, err := os.ReadFile(resFile)
+	if err != nil {
+		return rw, err
+	}
+	if stack == "python" {
+		if rw.Load, err = pyLatency(raw, srv, from, to); err != nil {
+			return rw, err
+		}
+	} else if err := json.Unmarshal(raw, &rw.Load); err != nil {
+		return rw, err
+	}
+	// Server first, so that the interceptor flushes its last spans and the
+	// tokenwire collector sees the last streams end; then the collector,
+	// which flushes its pipelines on the way out.
+	srv.Stop()
+	if coll != nil {
+		coll.Stop()
+		if rw.Exported, err = countExported(coll.LogPath()); err != nil {
+			return rw, err
+		}
+	}
+	return rw, nil
+}
+
+// cores is CPU seconds per second of the measured window.
+func (r row) cores(cpuSec float64) float64 {
+	if r.CPUWindow <= 0 {
+		return 0
+	}
+	return cpuSec / r.CPUWindow
+}
+
+// startServer starts the variant's server and waits until it is ready:
+// the Go SSE server (instrumented for the interceptor) or teststack's
+// Python server (uvicorn + starlette).
+func (e *env) startServer(stack, observer string) (*teststack.Proc, error) {
+	if stack == "python" {
+		dir, err := os.MkdirTemp(e.tmp, "py-")
+		if err != nil {
+			return nil, err
+		}
+		s, err := teststack.StartStack(teststack.StackStarlette, teststack.StackOptions{Port: *pyPort, Events: *pyChunks,
+			Think: 20 * time.Millisecond, Interval: *pyInterval, Dir: dir})
+		if err != nil {
+			return nil, err
+		}
+		e.procs.Adopt(s.Proc)
+		return s.Proc, nil
+	}
+	args := []string{"server", "-addr", e.serverAddr(stack), "-interval", interval.String()}
+	if observer == "interceptor" {
+		args = append(args, "-otlp", e.coll.OTLPEndpoint())
+	}
+	c, err := e.procs.Start(teststack.ProcOptions{Name: "server", Log: e.logs, Lines: true}, e.self, args...)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.WaitLine(30*time.Second, func(l string) bool { return l == "ready" }); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("server did not start: %w", err)
+	}
+	return c, nil
+}
+
+// exited reports whether a child has ended.
+func exited(p *teststack.Proc) bool {
+	done, _ := p.Exited()
+	return done
+}
