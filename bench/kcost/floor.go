@@ -7,7 +7,6 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
-	"github.com/tokenwire/tokenwire/bpf"
 )
 
 // hookOf is the kernel hook a tokenwire program runs on, from its name
@@ -30,14 +29,14 @@ func hookOf(name string) string {
 // floor is the empty programs, attached (tp_btf, as the collector's
 // programs are on this kernel).
 type floor struct {
-	objs  bpf.FloorObjects
+	objs  floorObjects
 	progs []*ebpf.Program
 	links []link.Link
 }
 
 func attachFloor() (*floor, error) {
 	f := &floor{}
-	if err := bpf.LoadFloorObjects(&f.objs, nil); err != nil {
+	if err := loadFloorObjects(&f.objs, nil); err != nil {
 		return nil, err
 	}
 	f.progs = []*ebpf.Program{f.objs.TwFlReady, f.objs.TwFlRecv, f.objs.TwFlSent, f.objs.TwFlState}

@@ -1,7 +1,6 @@
-// Command streams measures the stream probe on this machine: how close its
-// TTFT and chunk intervals are to what the server and the client measured,
-// and what it costs in the kernel per event and per chunk, beside empty
-// programs on the same hooks.
+// Command streams measures the stream probe's accuracy on this machine: how
+// close its TTFT and chunk intervals are to what the server and the client
+// measured (its kernel cost per chunk is bench/kcost's).
 //
 // It needs root. Traffic stays on 127.0.0.1; every loop is bounded.
 //
@@ -16,15 +15,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/internal/hook"
@@ -37,8 +32,7 @@ var (
 	nChunks  = flag.Int("chunks", 50, "events per stream")
 	interval = flag.Duration("interval", 20*time.Millisecond, "time between events")
 	think    = flag.Duration("think", 50*time.Millisecond, "time before the first event")
-	rounds   = flag.Int("rounds", 3, "cost rounds (tokenwire and floor, interleaved)")
-	out      = flag.String("out", "", "also write the report to this file")
+	outDir   = flag.String("outdir", "bench/results", "where accuracy.csv goes")
 )
 
 // newServer is an SSE server that records, per stream (by its id query
@@ -74,23 +68,6 @@ func client(addr, id string) (sent time.Time, arrivals []time.Time, err error) {
 	}
 }
 
-func runLoad(addr string, round int) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, *nStreams)
-	for i := range *nStreams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, _, err := client(addr, fmt.Sprintf("r%d-%d", round, i)); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
 func openTracer(port uint16, chunkRecords bool) (*stream.Tracer, error) {
 	return stream.Open(stream.Config{
 		Ports: []uint16{port}, MaxSockets: 16384, RingBufferBytes: 8 << 20,
@@ -111,40 +88,33 @@ func run() error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
+	res, err := benchutil.OpenResults(*outDir, "accuracy")
+	if err != nil {
+		return err
+	}
 	srv := newServer()
 	hs, err := teststack.StartHTTP("", srv)
 	if err != nil {
 		return err
 	}
 	defer hs.Close()
-	addr, port := hs.Addr, uint16(hs.Port)
-
-	var report strings.Builder
-	var uts unix.Utsname
-	unix.Uname(&uts)
-	fmt.Fprintf(&report, "# Stream probe: accuracy and cost\n\n%s, kernel %s, %d streams x %d chunks, %v apart, think %v\n\n",
-		time.Now().UTC().Format(time.RFC3339), unix.ByteSliceToString(uts.Release[:]), *nStreams, *nChunks, *interval, *think)
-	fmt.Fprintf(&report, "command: go run ./bench/streams %s\n\n", strings.Join(os.Args[1:], " "))
-
-	if err := accuracy(addr, port, srv, &report); err != nil {
+	rows, err := accuracy(hs.Addr, uint16(hs.Port), srv)
+	if err != nil {
 		return err
 	}
-	if err := cost(addr, port, &report); err != nil {
+	if err := res.WriteCSV("accuracy.csv", []string{"measure", "p50_ms", "p99_ms", "max_ms", "n", "streams_matched", "streams"}, rows); err != nil {
 		return err
 	}
-	fmt.Print(report.String())
-	if *out != "" {
-		return os.WriteFile(*out, []byte(report.String()), 0o644)
-	}
-	return nil
+	return res.WriteMeta(map[string]string{"streams": fmt.Sprint(*nStreams), "chunks": fmt.Sprint(*nChunks),
+		"interval": interval.String(), "think": think.String()})
 }
 
 // accuracy runs one round with per-chunk records and compares each
 // stream's kernel timings with the server's and the client's.
-func accuracy(addr string, port uint16, srv *teststack.SSEServer, report *strings.Builder) error {
+func accuracy(addr string, port uint16, srv *teststack.SSEServer) ([][]string, error) {
 	tr, err := openTracer(port, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tr.Close()
 	type kstream struct {
@@ -191,11 +161,11 @@ func accuracy(addr string, port uint16, srv *teststack.SSEServer, report *string
 		}
 	}()
 
-	type client struct {
+	type clientRes struct {
 		sent     time.Time
 		arrivals []time.Time
 	}
-	clients := map[string]client{}
+	clients := map[string]clientRes{}
 	var cmu sync.Mutex
 	var wg sync.WaitGroup
 	for i := range *nStreams {
@@ -203,10 +173,10 @@ func accuracy(addr string, port uint16, srv *teststack.SSEServer, report *string
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("acc-%d", i)
-			sent, arr, err := clientRun(addr, id)
+			sent, arr, err := client(addr, id)
 			if err == nil {
 				cmu.Lock()
-				clients[id] = client{sent, arr}
+				clients[id] = clientRes{sent, arr}
 				cmu.Unlock()
 			}
 		}()
@@ -236,142 +206,17 @@ func accuracy(addr string, port uint16, srv *teststack.SSEServer, report *string
 			gapVsServer = append(gapVsServer, float64((kg-sg).Abs())/1e6)
 		}
 	}
-	fmt.Fprintf(report, "## Accuracy (%d of %d streams matched)\n\n| error of tokenwire's value, ms | p50 | p99 | max | n |\n| --- | --- | --- | --- | --- |\n", matched, *nStreams)
+	var rows [][]string
 	for _, row := range []struct {
 		name string
 		v    []float64
 	}{
-		{"TTFT vs server (handler start -> first write returned)", ttftVsServer},
-		{"TTFT vs client (request sent -> first event read)", ttftVsClient},
-		{"chunk interval vs server (between write returns)", gapVsServer},
+		{"ttft_vs_server", ttftVsServer},
+		{"ttft_vs_client", ttftVsClient},
+		{"interval_vs_server", gapVsServer},
 	} {
-		fmt.Fprintf(report, "| %s | %.3f | %.3f | %.3f | %d |\n", row.name, benchutil.Percentile(row.v, 0.5), benchutil.Percentile(row.v, 0.99), benchutil.Percentile(row.v, 1), len(row.v))
+		rows = append(rows, []string{row.name, fmt.Sprintf("%.3f", benchutil.Percentile(row.v, 0.5)), fmt.Sprintf("%.3f", benchutil.Percentile(row.v, 0.99)),
+			fmt.Sprintf("%.3f", benchutil.Percentile(row.v, 1)), fmt.Sprint(len(row.v)), fmt.Sprint(matched), fmt.Sprint(*nStreams)})
 	}
-	report.WriteString("\n")
-	return nil
-}
-
-func clientRun(addr, id string) (time.Time, []time.Time, error) { return client(addr, id) }
-
-// cost measures run time per event of the stream programs and of empty
-// programs on the same hooks, in interleaved rounds under the same load.
-func cost(addr string, port uint16, report *strings.Builder) error {
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		return fmt.Errorf("enabling BPF stats: %w", err)
-	}
-	defer stats.Close()
-	type sample struct{ ns, runs float64 }
-	real := map[string][]sample{}
-	floor := map[string][]sample{}
-	chunksTotal := 0.0
-	var perChunk, floorPerChunk []float64
-	for round := range *rounds {
-		// tokenwire
-		tr, err := openTracer(port, false)
-		if err != nil {
-			return err
-		}
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			var rec stream.Record
-			for tr.Read(&rec) == nil {
-			}
-		}()
-		if err := runLoad(addr, 2*round); err != nil {
-			tr.Close()
-			return err
-		}
-		var roundNS float64
-		for name, progs := range tr.Programs() {
-			var sm sample
-			for _, p := range progs {
-				s, err := p.Stats()
-				if err != nil {
-					tr.Close()
-					return err
-				}
-				sm.ns += float64(s.Runtime.Nanoseconds())
-				sm.runs += float64(s.RunCount)
-			}
-			real[name] = append(real[name], sm)
-			roundNS += sm.ns
-		}
-		tr.Close()
-		<-drained
-		chunks := float64(*nStreams * *nChunks)
-		chunksTotal += chunks
-		perChunk = append(perChunk, roundNS/chunks)
-
-		// floor
-		var objs floorObjects
-		if err := loadFloorObjects(&objs, nil); err != nil {
-			return err
-		}
-		progs := map[string]*ebpf.Program{
-			"sk_data_ready": objs.TwFlReady, "sock_recv_length": objs.TwFlRecv,
-			"sock_send_length": objs.TwFlSent, "inet_sock_set_state": objs.TwFlState,
-		}
-		var links []link.Link
-		for name, p := range progs {
-			if _, ok := real[name]; !ok {
-				continue // a hook point the probe did not need on this kernel
-			}
-			l, err := link.AttachTracing(link.TracingOptions{Program: p})
-			if err != nil {
-				objs.Close()
-				return err
-			}
-			links = append(links, l)
-		}
-		err = runLoad(addr, 2*round+1)
-		var floorNS float64
-		for name, p := range progs {
-			if _, ok := real[name]; !ok {
-				continue
-			}
-			if s, serr := p.Stats(); serr == nil {
-				floor[name] = append(floor[name], sample{float64(s.Runtime.Nanoseconds()), float64(s.RunCount)})
-				floorNS += float64(s.Runtime.Nanoseconds())
-			}
-		}
-		floorPerChunk = append(floorPerChunk, floorNS/chunks)
-		for _, l := range links {
-			l.Close()
-		}
-		objs.Close()
-		if err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(report, "## Kernel cost (bpf stats, %d interleaved rounds, median of per-round ns per run)\n\n", *rounds)
-	report.WriteString("| hook point | tokenwire ns/run | empty program ns/run | runs per round | target 2x floor + 100 ns |\n| --- | --- | --- | --- | --- |\n")
-	names := make([]string, 0, len(real))
-	for n := range real {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		med := func(ss []sample) (float64, float64) {
-			var per, runs []float64
-			for _, s := range ss {
-				if s.runs > 0 {
-					per = append(per, s.ns/s.runs)
-					runs = append(runs, s.runs)
-				}
-			}
-			return benchutil.Percentile(per, 0.5), benchutil.Percentile(runs, 0.5)
-		}
-		r, runs := med(real[n])
-		f, _ := med(floor[n])
-		verdict := "met"
-		if r > 2*f+100 {
-			verdict = fmt.Sprintf("missed by %.0f ns", r-(2*f+100))
-		}
-		fmt.Fprintf(report, "| %s | %.0f | %.0f | %.0f | %s |\n", n, r, f, runs, verdict)
-	}
-	fmt.Fprintf(report, "\nAll stream programs together: %.0f ns of kernel time per chunk (median over rounds; includes the request, response and close events of each stream); empty programs on the same hooks: %.0f ns.\n",
-		benchutil.Percentile(perChunk, 0.5), benchutil.Percentile(floorPerChunk, 0.5))
-	return nil
+	return rows, nil
 }
