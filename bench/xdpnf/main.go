@@ -73,6 +73,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tokenwire/tokenwire/bench/benchutil"
 )
 
 var (
@@ -183,6 +185,9 @@ func orchestrate() error {
 
 	sendCPUList, err := parseCPUs(*sendCPUs)
 	if err != nil {
+		return err
+	}
+	if results, err = benchutil.OpenResults(*outDir, "xdpnf"); err != nil {
 		return err
 	}
 	ksoft := ksoftirqdPIDs()

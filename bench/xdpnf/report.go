@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/csv"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -140,42 +138,31 @@ func medians(rows []result) map[key]derived {
 	return out
 }
 
-// write writes the raw rows (CSV) and the report (markdown), and prints
-// the report.
+// write writes the raw rows (xdp-netfilter.csv, with the run id, for the
+// report to compute from) and prints the markdown summary.
 func write(rows []result, modes, vs []string, sizes []int) error {
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		return err
-	}
-	if err := writeCSV(filepath.Join(*outDir, "xdp-netfilter.csv"), rows); err != nil {
-		return err
-	}
-	loadAfter = loadavg()
-	md := markdown(rows, modes, vs, sizes)
-	fmt.Print(md)
-	return os.WriteFile(filepath.Join(*outDir, "xdp-netfilter.md"), []byte(md), 0o644)
-}
-
-func writeCSV(path string, rows []result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	w.Write([]string{"repeat", "rx_path", "variant", "tx", "seconds", "sent", "veth_dropped", "dropped", "sender_thread_ns", "napi_thread_ns", "ksoftirqd_ns", "sender_cpus_softirq_jiffies", "softirq_cores_all", "send_syscalls",
-		"entries", "napi_thread_runs", "prog_runs", "prog_ns", "rx_cpu_steal_jiffies", "rx_cpu_busy_jiffies"})
+	res := results
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	var recs [][]string
 	for _, r := range rows {
-		w.Write([]string{strconv.Itoa(r.Repeat), r.RxPath, r.Variant, *txMode, fmt.Sprintf("%.3f", r.Seconds), u(r.Sent), u(r.VethDropped), u(r.Dropped),
+		recs = append(recs, []string{strconv.Itoa(r.Repeat), r.RxPath, r.Variant, *txMode, fmt.Sprintf("%.3f", r.Seconds), u(r.Sent), u(r.VethDropped), u(r.Dropped),
 			u(r.SenderCPUNs), u(r.NapiCPUNs), u(r.KsoftirqdNs), u(r.SendCPUSoftirqJiffies), fmt.Sprintf("%.3f", r.SoftirqCores), u(r.Syscalls),
 			strconv.Itoa(r.Entries), u(r.NapiRuns), u(r.ProgRuns), u(r.ProgNs), u(r.RxStealJiffies), u(r.RxBusyJiffies)})
 	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
+	if err := res.WriteCSV("xdp-netfilter.csv", []string{"repeat", "rx_path", "variant", "tx", "seconds", "sent", "veth_dropped", "dropped",
+		"sender_thread_ns", "napi_thread_ns", "ksoftirqd_ns", "sender_cpus_softirq_jiffies", "softirq_cores_all", "send_syscalls",
+		"entries", "napi_thread_runs", "prog_runs", "prog_ns", "rx_cpu_steal_jiffies", "rx_cpu_busy_jiffies"}, recs); err != nil {
 		return err
 	}
-	return f.Close()
+	loadAfter = loadavg()
+	fmt.Print(markdown(rows, modes, vs, sizes))
+	return res.WriteMeta(map[string]string{"duration": duration.String(), "repeats": strconv.Itoa(*repeats), "tx": *txMode,
+		"rx": strings.Join(modes, ","), "send_cpus": *sendCPUs, "rx_cpu": strconv.Itoa(*rxCPU), "batch": strconv.Itoa(*batch),
+		"bpf_stats": strconv.FormatBool(*bpfStats), "user_hz": strconv.Itoa(userHZ), "src": ipSnd})
 }
+
+// results is opened when the run starts (its host sampler covers the run).
+var results *benchutil.Results
 
 // loadBefore and loadAfter are the 1-minute load averages around the run.
 var loadBefore, loadAfter string
