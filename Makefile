@@ -132,25 +132,13 @@ validate: build
 		./$(COLLECTOR) validate --config "$$f"; \
 	done
 
-## bench: Go benchmarks (decoding, XDP ns/packet) and the stream probe's accuracy and kernel cost
+## bench: BENCHMARKS.md from one run (root; about 30 min): kernel cost per chunk, Go and Python server overhead, record pipeline, XDP vs netfilter, memory, accuracy (bench/run.sh)
 bench: deps
-	@mkdir -p /tmp/tokenwire-bench bench/results && date +%s > /tmp/tokenwire-bench/start
 	$(MAKE) build
-	@command -v nft >/dev/null && command -v iptables-legacy >/dev/null || { \
-		echo "bench: installing iptables nftables"; export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -q; apt-get install -y -q iptables nftables; }
-	go test -run '^$$' -bench . -benchmem ./internal/... ./receiver/... | tee /tmp/tokenwire-bench/gobench.txt
-	go test -run '^$$' -bench '^BenchmarkXDP' -benchtime 2000000x -count 4 ./internal/xdp/ | tee -a /tmp/tokenwire-bench/gobench.txt
-	go run ./bench/streams -streams 50 -chunks 50 -interval 20ms -think 50ms -rounds 3 -out bench/results/streams-50x50.md
-	go run ./bench/streams -streams 20 -chunks 300 -interval 2ms -think 10ms -rounds 3 -out bench/results/streams-20x300.md
-	go build -o /tmp/tokenwire-bench/overhead ./bench/overhead
-	/tmp/tokenwire-bench/overhead -collector $(COLLECTOR) -config $(CONFIG) -streams 500 -also-streams 200 -interval 10ms -duration 12s -repeats 5 -outdir bench/results
-	go build -o /tmp/tokenwire-bench/xdpnf ./bench/xdpnf
-	/tmp/tokenwire-bench/xdpnf -duration 3s -repeats 3 -outdir bench/results
-	go run ./bench/pipeline -outdir bench/results
-	go run ./bench/report -gobench /tmp/tokenwire-bench/gobench.txt -out BENCHMARKS.md \
-		-elapsed "$$(( ($$(date +%s) - $$(cat /tmp/tokenwire-bench/start)) / 60 )) min"
-	@echo "bench: wrote BENCHMARKS.md and bench/results/"
+	@command -v nft >/dev/null && command -v iptables-legacy >/dev/null && command -v ipset >/dev/null || { \
+		echo "bench: installing iptables nftables ipset"; export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q; apt-get install -y -q iptables nftables ipset; }
+	COLLECTOR=$(COLLECTOR) CONFIG=$(CONFIG) bash bench/run.sh
 
 ## fuzz: the XDP differential fuzz test (kernel program vs Go reference) and the HTTP sniffer, longer than make test
 FUZZTIME ?= 5m

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -222,8 +221,8 @@ func Median(v []float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
-// Machine describes the host for reports: CPU model and count, memory,
-// kernel, Go version, date.
+// Machine describes the host for reports: OS, kernel, CPU count and
+// model, memory, Go version.
 func Machine() string {
 	var uts unix.Utsname
 	unix.Uname(&uts)
@@ -247,9 +246,8 @@ func Machine() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s, kernel %s, %d x %s, %.0f GiB RAM, %s, %s",
-		osName, unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), model, mem,
-		runtime.Version(), time.Now().UTC().Format(time.RFC3339))
+	return fmt.Sprintf("%s, kernel %s, %d x %s, %.1f GiB RAM, %s",
+		osName, unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), model, mem, runtime.Version())
 }
 
 // RaiseNofile raises RLIMIT_NOFILE's soft limit to at least need: to the

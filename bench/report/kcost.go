@@ -1,0 +1,185 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tokenwire/tokenwire/bench/benchutil"
+)
+
+// kround is one load, mode and round of kcost.csv, net of the host's
+// background (the idle windows around the load, scaled to its length).
+type kround struct {
+	round           int
+	chunks          float64
+	bytes           float64
+	total           float64            // net ns of all programs
+	gross           float64            // ns of all programs, background included
+	ns, runs        map[string]float64 // net, by program
+	hook            map[string]string
+	others, seconds float64
+}
+
+func (k kround) perChunk() float64 { return k.total / k.chunks }
+
+func loadKcost(runID string) (map[[2]string][]kround, error) {
+	t, err := benchutil.ReadCSV(*resultsDir, "kcost.csv", runID)
+	if err != nil {
+		return nil, err
+	}
+	idx := map[[2]string]map[int]*kround{}
+	for _, r := range t.Rows {
+		k := [2]string{r["load"], r["mode"]}
+		if idx[k] == nil {
+			idx[k] = map[int]*kround{}
+		}
+		rn := int(num(r, "round"))
+		kr := idx[k][rn]
+		if kr == nil {
+			kr = &kround{round: rn, chunks: num(r, "chunks"), bytes: num(r, "chunk_bytes"), ns: map[string]float64{},
+				runs: map[string]float64{}, hook: map[string]string{}, others: num(r, "others_cores"), seconds: num(r, "seconds")}
+			idx[k][rn] = kr
+		}
+		scale := num(r, "seconds") / num(r, "idle_seconds")
+		if math.IsNaN(scale) || math.IsInf(scale, 0) {
+			scale = 0
+		}
+		ns := max(num(r, "run_ns")-num(r, "idle_run_ns")*scale, 0)
+		runs := max(num(r, "run_cnt")-num(r, "idle_run_cnt")*scale, 0)
+		p := r["program"]
+		kr.ns[p] += ns
+		kr.runs[p] += runs
+		kr.hook[p] = r["hook"]
+		kr.total += ns
+		kr.gross += num(r, "run_ns")
+	}
+	out := map[[2]string][]kround{}
+	for k, m := range idx {
+		for _, v := range m {
+			out[k] = append(out[k], *v)
+		}
+		slices.SortFunc(out[k], func(a, b kround) int { return a.round - b.round })
+	}
+	return out, nil
+}
+
+// byRound pairs two series by round.
+func byRound(a, b []kround, f func(x, y kround) float64) spread {
+	var v []float64
+	for _, x := range a {
+		for _, y := range b {
+			if x.round == y.round {
+				v = append(v, f(x, y))
+			}
+		}
+	}
+	return spreadOf(v)
+}
+
+func each(rs []kround, f func(kround) float64) spread {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, f(r))
+	}
+	return spreadOf(v)
+}
+
+// hookNs is the net ns per run on hook in one round (all programs on it).
+func hookNsPerRun(r kround, prog string) float64 { return r.ns[prog] / r.runs[prog] }
+
+func kcostSection(d *doc) error {
+	data, err := loadKcost(d.runID)
+	if err != nil {
+		return err
+	}
+	meta, err := benchutil.ReadMeta(*resultsDir, "kcost", d.runID)
+	if err != nil {
+		return err
+	}
+	d.p("## 1. Kernel cost per delivered chunk (bench/kcost)\n\n")
+	d.p("All BPF programs of the collector running the default pipeline (`config.yaml`, stream tracking on the server's port), identified by the IDs the collector holds, ")
+	d.p("with kernel bpf stats on; beside them, in the same run and under the same load, empty programs (`bpf/floor.bpf.c`) on the same tracepoints. Rounds alternate the two (%s rounds, %s of load each). ", meta.Params["rounds"], meta.Params["duration"])
+	d.p("Every program runs for every socket on the host, other tenants' included, so %s idle windows before and after each load measure that background, which is subtracted (scaled to the load's length): *net* figures. *Gross* keeps it.\n\n", meta.Params["idle"])
+	for _, l := range []string{"dense", "sparse"} {
+		d.p("- **%s**: %s.\n", l, meta.Params[l])
+	}
+	d.p("\n")
+	plotRows := map[string]map[string]float64{}
+	totals := map[string]spread{}
+	floors := map[string]spread{}
+	for _, l := range []string{"dense", "sparse"} {
+		tw, fl := data[[2]string{l, "tokenwire"}], data[[2]string{l, "floor"}]
+		if len(tw) == 0 {
+			continue
+		}
+		totals[l] = each(tw, kround.perChunk)
+		floors[l] = each(fl, kround.perChunk)
+		d.p("### %s load\n\n", l)
+		d.p("Chunks delivered per round: %s; bytes per chunk: %s; other processes' CPU during the loads: %s cores.\n\n",
+			each(tw, func(r kround) float64 { return r.chunks }).f(0), each(tw, func(r kround) float64 { return r.bytes / r.chunks }).f(0),
+			each(append(slices.Clone(tw), fl...), func(r kround) float64 { return r.others }).f(2))
+		d.p("| program | hook | runs per chunk | ns per run | ns per chunk | empty program on the hook: ns per run | target: at most 2x that + 50 ns |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+		var progs []string
+		for p := range tw[0].ns {
+			progs = append(progs, p)
+		}
+		slices.Sort(progs)
+		plotRows[l] = map[string]float64{}
+		for _, p := range progs {
+			hook := tw[0].hook[p]
+			flProg := floorProg(fl, hook)
+			perRun := each(tw, func(r kround) float64 { return hookNsPerRun(r, p) })
+			flRun := each(fl, func(r kround) float64 { return hookNsPerRun(r, flProg) })
+			verdict := "no empty counterpart"
+			if flProg != "" {
+				verdict = atMost(byRound(tw, fl, func(x, y kround) float64 { return hookNsPerRun(x, p) - (2*hookNsPerRun(y, flProg) + 50) }), 0)
+			}
+			pc := each(tw, func(r kround) float64 { return r.ns[p] / r.chunks })
+			plotRows[l][p] = pc.Med
+			d.p("| %s | %s | %s | %s | %s | %s | %s |\n", p, hook, each(tw, func(r kround) float64 { return r.runs[p] / r.chunks }).f(2),
+				perRun.f(0), pc.f(0), flRun.f(0), verdict)
+			if hook == "sock_send_length" {
+				d.target(fmt.Sprintf("write-path program (%s) at most 2x the empty program on its hook + 50 ns, %s load", p, l),
+					fmt.Sprintf("%s ns/run vs empty %s ns/run", perRun.f(0), flRun.f(0)), verdict, "1")
+				if l == "dense" || l == "sparse" {
+					d.target(fmt.Sprintf("remote clients (only %s runs per chunk on the server), %s load: ns per chunk", p, l), pc.f(0)+" ns", "computed, no target", "1")
+				}
+			}
+		}
+		d.p("| **all programs, net** | | | | **%s** | empty programs, all hooks: **%s** ns per chunk | |\n", totals[l].f(0), floors[l].f(0))
+		d.p("| all programs, gross (background included) | | | | %s | %s | |\n\n",
+			each(tw, func(r kround) float64 { return r.gross / r.chunks }).f(0), each(fl, func(r kround) float64 { return r.gross / r.chunks }).f(0))
+		plotRows[l]["empty programs"] = floors[l].Med
+		d.target(fmt.Sprintf("all tokenwire programs at most 250 ns per delivered chunk, %s load (empty programs on the same hooks: %s ns)", l, floors[l].f(0)),
+			totals[l].f(0)+" ns", atMost(totals[l], 250)+floorNote(floors[l]), "1")
+	}
+	if tw, tws := data[[2]string{"dense", "tokenwire"}], data[[2]string{"sparse", "tokenwire"}]; len(tw) > 0 && len(tws) > 0 {
+		ratio := byRound(tws, tw, func(x, y kround) float64 { return x.perChunk() / y.perChunk() })
+		d.p("Sparse / dense, per round: %s (target at most 2).\n\n", ratio.f(2))
+		d.target("sparse load at most 2x the dense one, per chunk", ratio.f(2)+"x", atMost(ratio, 2), "1")
+	}
+	d.p("![BPF time per chunk by program, beside empty programs on the same hooks](bench/results/kcost.png)\n\n")
+	d.p("Raw: `bench/results/kcost.csv` (per program, load, mode and round, with the idle windows' counts).\n\n")
+	return plotKcost(plotRows)
+}
+
+// floorNote says when the target is below what empty programs cost.
+func floorNote(fl spread) string {
+	if fl.ok() && fl.Min >= 250 {
+		return "; below the floor: empty programs on these hooks alone cost more"
+	}
+	return ""
+}
+
+func floorProg(fl []kround, hook string) string {
+	if len(fl) == 0 || hook == "" {
+		return ""
+	}
+	for p, h := range fl[0].hook {
+		if h == hook {
+			return p
+		}
+	}
+	return ""
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tokenwire/tokenwire/bench/benchutil"
+)
+
+// orow is one variant in one repeat of overhead.csv.
+type orow map[string]string
+
+func (r orow) cores(k string) float64 { return num(r, k) / num(r, "cpu_window_s") }
+
+func overheadSection(d *doc) error {
+	t, err := benchutil.ReadCSV(*resultsDir, "overhead.csv", d.runID)
+	if err != nil {
+		return err
+	}
+	bt, err := benchutil.ReadCSV(*resultsDir, "overhead-bpf.csv", d.runID)
+	if err != nil {
+		return err
+	}
+	ht, err := benchutil.ReadCSV(*resultsDir, "overhead-hist.csv", d.runID)
+	if err != nil {
+		return err
+	}
+	meta, err := benchutil.ReadMeta(*resultsDir, "overhead", d.runID)
+	if err != nil {
+		return err
+	}
+	by := map[string][]orow{}
+	var variants []string
+	for _, r := range t.Rows {
+		if by[r["variant"]] == nil {
+			variants = append(variants, r["variant"])
+		}
+		by[r["variant"]] = append(by[r["variant"]], r)
+	}
+	slices.Sort(variants)
+	sp := func(v string, f func(orow) float64) spread {
+		var x []float64
+		for _, r := range by[v] {
+			x = append(x, f(r))
+		}
+		return spreadOf(x)
+	}
+	// paired: f(variant's row, baseline's row of the same repeat).
+	paired := func(v, base string, f func(a, b orow) float64) spread {
+		var x []float64
+		for _, a := range by[v] {
+			for _, b := range by[base] {
+				if a["repeat"] == b["repeat"] {
+					x = append(x, f(a, b))
+				}
+			}
+		}
+		return spreadOf(x)
+	}
+	d.p("## 2. Streaming overhead: Go and Python servers (bench/overhead)\n\n")
+	d.p("%s concurrent streams per variant; %s measured after %s of warm-up; %s repeats, every variant in every repeat, order rotated. ",
+		meta.Params["streams"], meta.Params["window"], meta.Params["warmup"], meta.Params["repeats"])
+	d.p("**Go**: the bench's net/http SSE server, one event every %s, %s events per stream, one connection per stream; variants baseline (alone), tokenwire (the collector with `%s`), interceptor (the OpenTelemetry Go SDK in the server: a histogram record and two counter adds per chunk, a span per stream, OTLP/gRPC to the same collector binary with an otlp receiver). ",
+		meta.Params["go_interval"], meta.Params["go_chunks"], meta.Params["config"])
+	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. ",
+		meta.Params["py_interval"], meta.Params["py_chunks"])
+	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it.\n\n")
+	d.p("| variant | chunks/s | latency p50 ms | p99 ms | p99.9 ms | server CPU, cores | collector CPU, cores | BPF ns per chunk | server RSS MiB | other processes, cores | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, v := range variants {
+		d.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
+			sp(v, func(r orow) float64 { return num(r, "chunks") / num(r, "window_s") }).f(0),
+			sp(v, func(r orow) float64 { return num(r, "latency_p50_ms") }).f(3),
+			sp(v, func(r orow) float64 { return num(r, "latency_p99_ms") }).f(3),
+			sp(v, func(r orow) float64 { return num(r, "latency_p999_ms") }).f(3),
+			sp(v, func(r orow) float64 { return r.cores("server_cpu_s") }).f(3),
+			sp(v, func(r orow) float64 { return r.cores("collector_cpu_s") }).f(3),
+			sp(v, func(r orow) float64 { return num(r, "bpf_run_ns") / num(r, "chunks") }).f(0),
+			sp(v, func(r orow) float64 { return num(r, "server_rss_bytes") / (1 << 20) }).f(1),
+			sp(v, func(r orow) float64 { return num(r, "others_cores") }).f(2),
+			sp(v, func(r orow) float64 { return num(r, "errors") }).f(0))
+	}
+	d.p("\nAgainst each stack's own baseline, paired by repeat (the two ran minutes apart at most):\n\n")
+	d.p("| variant | server CPU vs baseline | server CPU per chunk vs baseline | baseline's own repeats: server CPU, max/min - 1 | p99 | baseline's p99 range, ms |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, v := range variants {
+		stack, obs, _ := strings.Cut(v, "/")
+		base := stack + "/baseline"
+		if obs == "baseline" || by[base] == nil {
+			continue
+		}
+		cpu := paired(v, base, func(a, b orow) float64 { return a.cores("server_cpu_s")/b.cores("server_cpu_s") - 1 })
+		cpc := paired(v, base, func(a, b orow) float64 {
+			return (num(a, "server_cpu_s")/num(a, "chunks"))/(num(b, "server_cpu_s")/num(b, "chunks")) - 1
+		})
+		bcpu := sp(base, func(r orow) float64 { return r.cores("server_cpu_s") })
+		p99 := sp(v, func(r orow) float64 { return num(r, "latency_p99_ms") })
+		bp99 := sp(base, func(r orow) float64 { return num(r, "latency_p99_ms") })
+		d.p("| %s | %s | %s | %+.1f%% | %s ms | %s |\n", v, cpu.pct(), cpc.pct(), (bcpu.Max/bcpu.Min-1)*100, p99.f(3), bp99.f(3))
+		if obs != "tokenwire" {
+			continue
+		}
+		limit := 0.03
+		if stack == "python" {
+			limit = 0.01
+		}
+		d.target(fmt.Sprintf("%s server: CPU with tokenwire within +%.0f%% of its baseline (paired by repeat)", stack, limit*100), cpu.pct(), atMost(cpu, limit), "2")
+		d.target(fmt.Sprintf("%s server: p99 chunk latency with tokenwire within the baseline's own range (%s ms)", stack, bp99.f(3)), p99.f(3)+" ms", within(p99, bp99), "2")
+	}
+	d.p("\n")
+	bpfByProgram(d, bt, by)
+	exportedTable(d, variants, sp)
+	for _, stack := range []string{"go", "python"} {
+		if err := plotLatency(ht, stack); err != nil {
+			return err
+		}
+		d.p("![chunk delivery latency, %s server](bench/results/latency-%s.png)\n\n", stack, stack)
+	}
+	d.p("Raw: `bench/results/overhead.csv` (every repeat), `overhead-bpf.csv` (BPF by program), `overhead-hist.csv` (latency histograms).\n\n")
+	return nil
+}
+
+func bpfByProgram(d *doc, bt *benchutil.Table, by map[string][]orow) {
+	type key struct{ v, p string }
+	per := map[key][]float64{}
+	runs := map[key][]float64{}
+	var keys []key
+	for _, r := range bt.Rows {
+		k := key{r["variant"], r["program"]}
+		if per[k] == nil {
+			keys = append(keys, k)
+		}
+		per[k] = append(per[k], num(r, "run_ns")/num(r, "chunks"))
+		runs[k] = append(runs[k], num(r, "run_cnt")/num(r, "chunks"))
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.SortFunc(keys, func(a, b key) int { return strings.Compare(a.v+a.p, b.v+b.p) })
+	d.p("The collector's BPF programs per delivered chunk under this load (gross: every socket on the host; section 1 has them net of background, beside the floor):\n\n")
+	d.p("| variant | program | runs per chunk | ns per chunk |\n| --- | --- | --- | --- |\n")
+	for _, k := range keys {
+		d.p("| %s | %s | %s | %s |\n", k.v, k.p, spreadOf(runs[k]).f(2), spreadOf(per[k]).f(0))
+	}
+	d.p("\n")
+}
+
+func exportedTable(d *doc, variants []string, sp func(string, func(orow) float64) spread) {
+	d.p("What the collectors exported over each whole run (debug exporter) against the streams the clients completed:\n\n| variant | streams completed | spans exported | metric data points |\n| --- | --- | --- | --- |\n")
+	for _, v := range variants {
+		if strings.HasSuffix(v, "/baseline") {
+			continue
+		}
+		d.p("| %s | %s | %s | %s |\n", v, sp(v, func(r orow) float64 { return num(r, "streams_completed") }).f(0),
+			sp(v, func(r orow) float64 { return num(r, "collector_spans_exported") }).f(0),
+			sp(v, func(r orow) float64 { return num(r, "collector_metric_points_exported") }).f(0))
+	}
+	d.p("\n")
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# make bench: every section of BENCHMARKS.md, from one run. Each program
+# stamps its results files with $TW_BENCH_RUN_ID; bench/report refuses
+# files of any other run. BENCH_QUICK=1 runs every section briefly (to
+# check the tooling; its numbers are not for the report).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COLLECTOR=${COLLECTOR:-_build/tokenwire}
+CONFIG=${CONFIG:-config.yaml}
+R=bench/results
+B=/tmp/tokenwire-bench
+mkdir -p "$R" "$B"
+export TW_BENCH_RUN_ID
+TW_BENCH_RUN_ID=$(go run ./bench/runid)
+echo "bench: run $TW_BENCH_RUN_ID"
+# Results of an earlier run must not survive into this one.
+rm -f "$R"/*.csv "$R"/*.meta.json "$R"/*.png "$R"/*.md "$R"/gobench.txt "$R"/RUN_ID
+echo "$TW_BENCH_RUN_ID" > "$R/RUN_ID"
+
+if [[ -n "${BENCH_QUICK:-}" ]]; then
+	COUNT=2 KC="-rounds 1 -duration 3s -idle 1s" OV="-repeats 1 -duration 4s -warmup 2s -idle-conns 500"
+	XN="-duration 1s -repeats 1" PL="-repeats 1 -step 300ms"
+else
+	COUNT=5 KC="-rounds 3 -duration 10s -idle 2s" OV="-repeats 5 -duration 12s -warmup 3s"
+	XN="-duration 2s -repeats 3" PL="-repeats 3 -step 1s"
+fi
+
+go build -o "$B/kcost" ./bench/kcost
+go build -o "$B/overhead" ./bench/overhead
+go build -o "$B/xdpnf" ./bench/xdpnf
+go build -o "$B/pipeline" ./bench/pipeline
+go build -o "$B/streams" ./bench/streams
+
+{
+	echo "run_id: $TW_BENCH_RUN_ID"
+	go test -run '^TestStreamRecordsDoNotAllocate$' -v ./internal/streamagg/ 2>&1 | grep -E '^(--- |ok|FAIL)'
+	go test -run '^$' -bench '^BenchmarkStreamRecords$' -benchmem -count "$COUNT" ./internal/streamagg/
+	go test -run '^$' -bench '^BenchmarkXDP(Empty)?$' -benchtime 1000000x -count "$COUNT" ./internal/xdp/
+} > "$R/gobench.txt"
+
+"$B/kcost" -collector "$COLLECTOR" -config "$CONFIG" $KC -outdir "$R"
+"$B/overhead" -collector "$COLLECTOR" -config "$CONFIG" -streams 200 $OV -outdir "$R"
+"$B/pipeline" $PL -outdir "$R"
+"$B/xdpnf" -rx napi -bpf-stats -entries 1,10000,65536 \
+	-variants none,xdp-drop-all,xdp-native,xdp-lpm,iptables-legacy-raw,iptables-ipset,nft-set-ingress $XN -outdir "$R" > "$B/xdpnf.md"
+"$B/streams" -streams 50 -chunks 50 -interval 20ms -think 50ms -outdir "$R"
+go run ./bench/report -run-id "$TW_BENCH_RUN_ID" -out BENCHMARKS.md
+echo "bench: wrote BENCHMARKS.md and $R/ (run $TW_BENCH_RUN_ID)"
