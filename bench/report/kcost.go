@@ -167,7 +167,7 @@ func kcostSection(d *doc) error {
 // floorNote says when the target is below what empty programs cost.
 func floorNote(fl spread) string {
 	if fl.ok() && fl.Min >= 250 {
-		return "; below the floor: empty programs on these hooks alone cost more"
+		return "; the target is at or below the floor: empty programs on these hooks alone cost 250 ns or more per chunk in every round"
 	}
 	return ""
 }
