@@ -1,6 +1,10 @@
 package genai
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
+)
 
 // TestParseAllocs: parsing allocates nothing once the finish reasons and
 // error types it meets are known, whatever the format.
@@ -27,7 +31,7 @@ func TestParseAllocs(t *testing.T) {
 }
 
 func BenchmarkParseTail(b *testing.B) {
-	tail := tailOf(chunked(llamaFinal))
+	tail := tailOf(llmwire.Chunked(llmwire.LlamaFinal))
 	var r Response
 	b.ReportAllocs()
 	for b.Loop() {
@@ -37,7 +41,7 @@ func BenchmarkParseTail(b *testing.B) {
 }
 
 func BenchmarkParseFirst(b *testing.B) {
-	head, first := []byte(uvicornHead), firstOf(chunked(vllmChatFirst))
+	head, first := []byte(llmwire.UvicornHead), firstOf(llmwire.Chunked(llmwire.VLLMChatFirst))
 	var r Response
 	b.ReportAllocs()
 	for b.Loop() {

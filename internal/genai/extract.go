@@ -27,7 +27,7 @@ type event struct {
 }
 
 // extract applies one JSON value, in r.Format, to r. Each rule names the
-// path its value has in the servers' source (see fixtures_*_test.go).
+// path its value has in the servers' source (see internal/teststack/llmwire).
 func extract(r *Response, w *walker) {
 	ev := event{choice: -1}
 	for t := w.next(); t != tokNone; t = w.next() {

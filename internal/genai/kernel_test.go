@@ -35,3 +35,19 @@ func TestKernelTailCandidates(t *testing.T) {
 		}
 	}
 }
+
+// tailOf is what the kernel sends of a write it flags: its last 512 bytes.
+func tailOf(write string) []byte {
+	if len(write) > 512 {
+		write = write[len(write)-512:]
+	}
+	return []byte(write)
+}
+
+// firstOf is what the kernel sends of the first body write: its first 512.
+func firstOf(write string) []byte {
+	if len(write) > 512 {
+		write = write[:512]
+	}
+	return []byte(write)
+}

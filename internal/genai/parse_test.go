@@ -3,6 +3,8 @@ package genai
 import (
 	"slices"
 	"testing"
+
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 )
 
 // want is what a whole stream should yield.
@@ -62,26 +64,26 @@ type stream struct {
 var streams = []stream{
 	{
 		name: "vllm chat, include_usage",
-		head: uvicornHead,
-		writes: []string{chunked(vllmChatFirst), chunked(vllmChatToken), chunked(vllmChatFinish),
-			chunked(vllmChatUsage), chunked(sseDone), "0\r\n\r\n"},
-		want: want{FormatOpenAI, vllmChatModel, vllmChatID, 12, 28, -1, []string{"stop"}, true, ""},
+		head: llmwire.UvicornHead,
+		writes: []string{llmwire.Chunked(llmwire.VLLMChatFirst), llmwire.Chunked(llmwire.VLLMChatToken), llmwire.Chunked(llmwire.VLLMChatFinish),
+			llmwire.Chunked(llmwire.VLLMChatUsage), llmwire.Chunked(llmwire.SSEDone), "0\r\n\r\n"},
+		want: want{FormatOpenAI, llmwire.VLLMChatModel, llmwire.VLLMChatID, 12, 28, -1, []string{"stop"}, true, ""},
 	},
 	{
 		name:   "vllm completions",
-		head:   uvicornHead,
-		writes: []string{chunked(vllmCmplToken), chunked(vllmCmplFinish), chunked(vllmCmplUsage), chunked(sseDone)},
+		head:   llmwire.UvicornHead,
+		writes: []string{llmwire.Chunked(llmwire.VLLMCmplToken), llmwire.Chunked(llmwire.VLLMCmplFinish), llmwire.Chunked(llmwire.VLLMCmplUsage), llmwire.Chunked(llmwire.SSEDone)},
 		want:   want{FormatOpenAI, "Qwen/Qwen2.5-7B", "cmpl-5c2d4e6f8a0b4c1d9e3f5a7b9c1d3e5f", 5, 16, -1, []string{"length"}, true, ""},
 	},
 	{
 		name:   "tgi chat",
-		head:   tgiHead,
-		writes: []string{chunked(tgiChatFirst), chunked(tgiChatFinish), chunked(tgiChatUsage), chunked(tgiDone)},
+		head:   llmwire.TGIHead,
+		writes: []string{llmwire.Chunked(llmwire.TGIChatFirst), llmwire.Chunked(llmwire.TGIChatFinish), llmwire.Chunked(llmwire.TGIChatUsage), llmwire.Chunked(llmwire.TGIDone)},
 		want:   want{FormatOpenAI, "meta-llama/Llama-3.1-8B-Instruct", "", 9, 20, -1, []string{"stop"}, true, ""},
 	},
 	{
 		name:   "llama.cpp chat, several events in the last write",
-		writes: []string{chunked(llamaChatFirst), chunked(llamaChatFinal)},
+		writes: []string{llmwire.Chunked(llmwire.LlamaChatFirst), llmwire.Chunked(llmwire.LlamaChatFinal)},
 		// The tail of the last write starts in its usage event, after its
 		// empty choices: the finish reason before it is cut off, and
 		// nothing left proves the usage final.
@@ -90,70 +92,70 @@ var streams = []stream{
 	{
 		name:   "ollama openai",
 		head:   "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
-		writes: []string{chunked(ollamaOAIFirst), chunked(ollamaOAIFinish), chunked(ollamaOAIUsage), chunked(sseDone)},
+		writes: []string{llmwire.Chunked(llmwire.OllamaOAIFirst), llmwire.Chunked(llmwire.OllamaOAIFinish), llmwire.Chunked(llmwire.OllamaOAIUsage), llmwire.Chunked(llmwire.SSEDone)},
 		want:   want{FormatOpenAI, "llama3.2", "chatcmpl-392", 31, 10, -1, []string{"stop"}, true, ""},
 	},
 	{
 		name:   "openai responses, incomplete",
-		writes: []string{oaiRespCreated, oaiRespDelta, oaiRespIncomplete},
+		writes: []string{llmwire.OAIRespCreated, llmwire.OAIRespDelta, llmwire.OAIRespIncomplete},
 		// The incomplete event is longer than a tail: its reason and status
 		// are cut off, its usage is not.
-		want: want{FormatOpenAIResponses, "gpt-4o-2024-08-06", oaiRespID, 0, 0, 0, nil, true, ""},
+		want: want{FormatOpenAIResponses, "gpt-4o-2024-08-06", llmwire.OAIRespID, 0, 0, 0, nil, true, ""},
 	},
 	{
 		name:   "vllm responses, type last",
-		writes: []string{vllmRespCompleted},
+		writes: []string{llmwire.VLLMRespCompleted},
 		want:   want{FormatOpenAIResponses, "Qwen/Qwen3-8B", "resp_3f1e2d4c5b6a47989a0b1c2d3e4f5a6b", 18, 95, 0, []string{"completed"}, true, ""},
 	},
 	{
 		name:   "ollama responses, sorted keys",
-		writes: []string{ollamaRespCompleted},
+		writes: []string{llmwire.OllamaRespCompleted},
 		want:   want{FormatOpenAIResponses, "gpt-oss:20b", "resp_771234", 14, 61, 0, []string{"completed"}, true, ""},
 	},
 	{
 		name:   "anthropic docs",
-		writes: []string{anthropicDocsStart, anthropicDocsDelta, anthropicDocsEnd},
+		writes: []string{llmwire.AnthropicDocsStart, llmwire.AnthropicDocsDelta, llmwire.AnthropicDocsEnd},
 		want:   want{FormatAnthropic, "claude-3-5-sonnet-20241022", "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", 25, 15, -1, []string{"end_turn"}, true, ""},
 	},
 	{
 		name:   "ollama anthropic",
-		writes: []string{chunked(ollamaAnthStart), chunked(ollamaAnthEnd)},
+		writes: []string{llmwire.Chunked(llmwire.OllamaAnthStart), llmwire.Chunked(llmwire.OllamaAnthEnd)},
 		want:   want{FormatAnthropic, "qwen3:8b", "msg_8a1c3e5f7b9d", 12, 30, -1, []string{"end_turn"}, true, ""},
 	},
 	{
 		name:   "llama.cpp anthropic, cached prompt",
-		writes: []string{chunked(llamaAnthStart), chunked(llamaAnthEnd)},
+		writes: []string{llmwire.Chunked(llmwire.LlamaAnthStart), llmwire.Chunked(llmwire.LlamaAnthEnd)},
 		want:   want{FormatAnthropic, "qwen2.5-0.5b-instruct", "chatcmpl-hG5tR2wQ8zL1", 17, 32, 6, []string{"max_tokens"}, true, ""},
 	},
 	{
 		name:   "ollama chat",
-		head:   ollamaHead + chunked(ollamaChatFirst),
-		writes: []string{chunked(ollamaChatToken), chunked(ollamaChatFinal), "0\r\n\r\n"},
+		head:   llmwire.OllamaHead + llmwire.Chunked(llmwire.OllamaChatFirst),
+		writes: []string{llmwire.Chunked(llmwire.OllamaChatToken), llmwire.Chunked(llmwire.OllamaChatFinal), "0\r\n\r\n"},
 		want:   want{FormatOllama, "llama3.2", "", 26, 282, -1, []string{"stop"}, true, ""},
 	},
 	{
 		name:   "ollama generate, long final line",
-		head:   ollamaHead + chunked(ollamaGenFirst),
-		writes: []string{chunked(ollamaGenFinal)},
+		head:   llmwire.OllamaHead + llmwire.Chunked(llmwire.OllamaGenFirst),
+		writes: []string{llmwire.Chunked(llmwire.OllamaGenFinal)},
 		// The first 512 bytes hold done and done_reason, the tail the
 		// metrics after the context.
 		want: want{FormatOllama, "llama3.2", "", 26, 259, -1, []string{"length"}, true, ""},
 	},
 	{
 		name:   "tgi generate_stream with details",
-		head:   tgiHead,
-		writes: []string{chunked(tgiFirst), chunked(tgiToken), chunked(tgiFinal)},
+		head:   llmwire.TGIHead,
+		writes: []string{llmwire.Chunked(llmwire.TGIFirst), llmwire.Chunked(llmwire.TGIToken), llmwire.Chunked(llmwire.TGIFinal)},
 		want:   want{FormatTGI, "", "", 7, 20, -1, []string{"eos_token"}, true, ""},
 	},
 	{
 		name:   "tgi generate_stream error",
-		head:   tgiHead,
-		writes: []string{chunked(tgiFirst), chunked(tgiError)},
+		head:   llmwire.TGIHead,
+		writes: []string{llmwire.Chunked(llmwire.TGIFirst), llmwire.Chunked(llmwire.TGIError)},
 		want:   want{FormatTGI, "", "", -1, -1, -1, nil, false, "generation"},
 	},
 	{
 		name:   "llama.cpp completion",
-		writes: []string{chunked(llamaFirst), chunked(llamaToken), chunked(llamaFinal)},
+		writes: []string{llmwire.Chunked(llmwire.LlamaFirst), llmwire.Chunked(llmwire.LlamaToken), llmwire.Chunked(llmwire.LlamaFinal)},
 		// The final event's model and tokens_* are cut off; its timings
 		// are not.
 		want: want{FormatLlamaCpp, "", "", 14, 64, -1, []string{"limit"}, true, ""},
@@ -179,18 +181,18 @@ func TestStreams(t *testing.T) {
 // short stream's events fit), nothing is cut off.
 func TestStreamsWholeWrites(t *testing.T) {
 	var r Response
-	ParseFirst(&r, nil, []byte(oaiRespCreated))
-	ParseTail(&r, []byte(oaiRespIncomplete))
-	want{FormatOpenAIResponses, "gpt-4o-2024-08-06", oaiRespID, 0, 0, 0, []string{"max_output_tokens"}, true, ""}.check(t, &r)
+	ParseFirst(&r, nil, []byte(llmwire.OAIRespCreated))
+	ParseTail(&r, []byte(llmwire.OAIRespIncomplete))
+	want{FormatOpenAIResponses, "gpt-4o-2024-08-06", llmwire.OAIRespID, 0, 0, 0, []string{"max_output_tokens"}, true, ""}.check(t, &r)
 
 	r.Reset()
-	ParseFirst(&r, nil, []byte(chunked(llamaFirst)))
-	ParseTail(&r, []byte(chunked(llamaFinal)))
+	ParseFirst(&r, nil, []byte(llmwire.Chunked(llmwire.LlamaFirst)))
+	ParseTail(&r, []byte(llmwire.Chunked(llmwire.LlamaFinal)))
 	want{FormatLlamaCpp, "qwen2.5-0.5b-instruct", "", 14, 64, -1, []string{"limit"}, true, ""}.check(t, &r)
 
 	r.Reset()
-	ParseFirst(&r, []byte(ollamaHead+chunked(ollamaGenFirst)), nil)
-	ParseTail(&r, []byte(chunked(ollamaGenFinal)))
+	ParseFirst(&r, []byte(llmwire.OllamaHead+llmwire.Chunked(llmwire.OllamaGenFirst)), nil)
+	ParseTail(&r, []byte(llmwire.Chunked(llmwire.OllamaGenFinal)))
 	want{FormatOllama, "llama3.2", "", 26, 259, -1, []string{"length"}, true, ""}.check(t, &r)
 }
 
@@ -201,13 +203,13 @@ func TestFirstBodyLost(t *testing.T) {
 		tail string
 		want want
 	}{
-		{chunked(vllmChatUsage), want{FormatOpenAI, vllmChatModel, vllmChatID, 12, 28, -1, nil, true, ""}},
-		{chunked(ollamaChatFinal), want{FormatOllama, "llama3.2", "", 26, 282, -1, []string{"stop"}, true, ""}},
-		{chunked(ollamaGenFinal), want{FormatOllama, "", "", 26, 259, -1, nil, false, ""}},
-		{chunked(tgiFinal), want{FormatTGI, "", "", 7, 20, -1, []string{"eos_token"}, true, ""}},
-		{chunked(llamaFinal), want{FormatLlamaCpp, "", "", 14, 64, -1, []string{"limit"}, true, ""}},
-		{chunked(ollamaAnthEnd), want{FormatAnthropic, "", "", 12, 30, -1, []string{"end_turn"}, true, ""}},
-		{vllmRespCompleted, want{FormatOpenAIResponses, "", "", 18, 95, 0, []string{"completed"}, true, ""}},
+		{llmwire.Chunked(llmwire.VLLMChatUsage), want{FormatOpenAI, llmwire.VLLMChatModel, llmwire.VLLMChatID, 12, 28, -1, nil, true, ""}},
+		{llmwire.Chunked(llmwire.OllamaChatFinal), want{FormatOllama, "llama3.2", "", 26, 282, -1, []string{"stop"}, true, ""}},
+		{llmwire.Chunked(llmwire.OllamaGenFinal), want{FormatOllama, "", "", 26, 259, -1, nil, false, ""}},
+		{llmwire.Chunked(llmwire.TGIFinal), want{FormatTGI, "", "", 7, 20, -1, []string{"eos_token"}, true, ""}},
+		{llmwire.Chunked(llmwire.LlamaFinal), want{FormatLlamaCpp, "", "", 14, 64, -1, []string{"limit"}, true, ""}},
+		{llmwire.Chunked(llmwire.OllamaAnthEnd), want{FormatAnthropic, "", "", 12, 30, -1, []string{"end_turn"}, true, ""}},
+		{llmwire.VLLMRespCompleted, want{FormatOpenAIResponses, "", "", 18, 95, 0, []string{"completed"}, true, ""}},
 	}
 	for _, c := range cases {
 		var r Response
@@ -220,15 +222,15 @@ func TestFirstBodyLost(t *testing.T) {
 // nothing (no reason, no counts) and changes nothing already read.
 func TestOrdinaryChunksAsTails(t *testing.T) {
 	for _, c := range []struct{ first, chunk string }{
-		{vllmChatFirst, vllmChatToken},
-		{tgiFirst, tgiToken},
-		{anthropicDocsStart, anthropicDocsDelta},
-		{oaiRespCreated, oaiRespDelta},
+		{llmwire.VLLMChatFirst, llmwire.VLLMChatToken},
+		{llmwire.TGIFirst, llmwire.TGIToken},
+		{llmwire.AnthropicDocsStart, llmwire.AnthropicDocsDelta},
+		{llmwire.OAIRespCreated, llmwire.OAIRespDelta},
 	} {
 		var r, before Response
-		ParseFirst(&r, nil, []byte(chunked(c.first)))
+		ParseFirst(&r, nil, []byte(llmwire.Chunked(c.first)))
 		before = r
-		ParseTail(&r, tailOf(chunked(c.chunk)))
+		ParseTail(&r, tailOf(llmwire.Chunked(c.chunk)))
 		if r != before {
 			t.Errorf("%.40q changed the response:\n%+v\n%+v", c.chunk, before, r)
 		}
@@ -242,13 +244,13 @@ func TestUnknownFormat(t *testing.T) {
 		head, body string
 		tailToo    bool
 	}{
-		{uvicornHead, "data: hello\n\n", true},
-		{uvicornHead, `data: {"msg":"hi","model":"x","usage":{"prompt_tokens":3}}` + "\n\n", true},
-		{ollamaHead, `{"model":"x","eval_count":3}` + "\n", true}, // one Ollama key is not enough
+		{llmwire.UvicornHead, "data: hello\n\n", true},
+		{llmwire.UvicornHead, `data: {"msg":"hi","model":"x","usage":{"prompt_tokens":3}}` + "\n\n", true},
+		{llmwire.OllamaHead, `{"model":"x","eval_count":3}` + "\n", true}, // one Ollama key is not enough
 		{"", "\x00\x01\x02binary}}", true},
 		// SSE under an NDJSON head, and NDJSON under an SSE head.
-		{ollamaHead, `data: {"object":"chat.completion.chunk","model":"x"}` + "\n\n", false},
-		{uvicornHead, ollamaChatFirst, false},
+		{llmwire.OllamaHead, `data: {"object":"chat.completion.chunk","model":"x"}` + "\n\n", false},
+		{llmwire.UvicornHead, llmwire.OllamaChatFirst, false},
 	} {
 		var r Response
 		ParseFirst(&r, []byte(c.head), []byte(c.body))
@@ -264,14 +266,14 @@ func TestUnknownFormat(t *testing.T) {
 // TestFirstBodyCutAnywhere: a first body cut at any byte never yields a
 // wrong value, only fewer values.
 func TestFirstBodyCutAnywhere(t *testing.T) {
-	full := chunked(vllmChatFirst)
+	full := llmwire.Chunked(llmwire.VLLMChatFirst)
 	for n := 0; n <= len(full); n++ {
 		var r Response
-		ParseFirst(&r, []byte(uvicornHead), []byte(full[:n]))
-		if m := string(r.Model()); m != "" && m != vllmChatModel {
+		ParseFirst(&r, []byte(llmwire.UvicornHead), []byte(full[:n]))
+		if m := string(r.Model()); m != "" && m != llmwire.VLLMChatModel {
 			t.Fatalf("cut at %d: model %q", n, m)
 		}
-		if id := string(r.ID()); id != "" && id != vllmChatID {
+		if id := string(r.ID()); id != "" && id != llmwire.VLLMChatID {
 			t.Fatalf("cut at %d: id %q", n, id)
 		}
 	}
@@ -284,11 +286,11 @@ func TestTailCutAnywhere(t *testing.T) {
 		write string
 		want  want
 	}{
-		{chunked(vllmChatUsage), want{model: vllmChatModel, id: vllmChatID, input: 12, output: 28}},
-		{chunked(ollamaChatFinal), want{model: "llama3.2", input: 26, output: 282, reasons: []string{"stop"}}},
-		{chunked(llamaFinal), want{model: "qwen2.5-0.5b-instruct", input: 14, output: 64, reasons: []string{"limit"}}},
-		{anthropicDocsEnd, want{input: -1, output: 15, reasons: []string{"end_turn"}}},
-		{oaiRespIncomplete, want{model: "gpt-4o-2024-08-06", id: oaiRespID, input: 0, output: 0, reasons: []string{"max_output_tokens"}}},
+		{llmwire.Chunked(llmwire.VLLMChatUsage), want{model: llmwire.VLLMChatModel, id: llmwire.VLLMChatID, input: 12, output: 28}},
+		{llmwire.Chunked(llmwire.OllamaChatFinal), want{model: "llama3.2", input: 26, output: 282, reasons: []string{"stop"}}},
+		{llmwire.Chunked(llmwire.LlamaFinal), want{model: "qwen2.5-0.5b-instruct", input: 14, output: 64, reasons: []string{"limit"}}},
+		{llmwire.AnthropicDocsEnd, want{input: -1, output: 15, reasons: []string{"end_turn"}}},
+		{llmwire.OAIRespIncomplete, want{model: "gpt-4o-2024-08-06", id: llmwire.OAIRespID, input: 0, output: 0, reasons: []string{"max_output_tokens"}}},
 	} {
 		var first Response
 		ParseFirst(&first, nil, []byte(s.write)) // to learn the format
@@ -317,8 +319,8 @@ func TestChoicesAndErrors(t *testing.T) {
 	var r Response
 	// Two choices (n=2) finishing in separate chunks, vLLM's order
 	// (index before finish_reason) and llama.cpp's (after).
-	ParseFirst(&r, nil, []byte(chunked(vllmChatFirst)))
-	ParseTail(&r, []byte(vllmPrefix+`"choices":[{"index":1,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":null}]}`+"\n\n"))
+	ParseFirst(&r, nil, []byte(llmwire.Chunked(llmwire.VLLMChatFirst)))
+	ParseTail(&r, []byte(llmwire.VLLMPrefix+`"choices":[{"index":1,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":null}]}`+"\n\n"))
 	ParseTail(&r, []byte(`data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"object":"chat.completion.chunk"}`+"\n\n"))
 	if got := r.FinishReasons(); !slices.Equal(got, []string{"length", "stop"}) {
 		t.Errorf("choices: %q", got)
@@ -328,15 +330,15 @@ func TestChoicesAndErrors(t *testing.T) {
 		head, first, tail, want string
 	}{
 		// Anthropic's error event (Messages streaming docs, "Error events").
-		{"", anthropicDocsStart, "event: error\n" + `data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}` + "\n\n", "overloaded_error"},
+		{"", llmwire.AnthropicDocsStart, "event: error\n" + `data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}` + "\n\n", "overloaded_error"},
 		// A Responses error event (prism-php/prism's OpenAI fixture
 		// stream-unknown-error-responses-1.json).
-		{"", oaiRespCreated, "event: error\n" + `data: {"type":"error","sequence_number":2,"error":{"code":"unknown-error","message":"Foobar","param":null}}` + "\n\n", "unknown-error"},
+		{"", llmwire.OAIRespCreated, "event: error\n" + `data: {"type":"error","sequence_number":2,"error":{"code":"unknown-error","message":"Foobar","param":null}}` + "\n\n", "unknown-error"},
 		// vLLM's streaming error (serving.py create_streaming_error_response:
 		// an ErrorResponse, whose error has message, type, param, code).
-		{uvicornHead, chunked(vllmChatFirst), `data: {"error":{"message":"The decoder prompt is too long","type":"BadRequestError","param":null,"code":400}}` + "\n\n", "BadRequestError"},
+		{llmwire.UvicornHead, llmwire.Chunked(llmwire.VLLMChatFirst), `data: {"error":{"message":"The decoder prompt is too long","type":"BadRequestError","param":null,"code":400}}` + "\n\n", "BadRequestError"},
 		// Ollama's (routes.go streamResponse: {"error": message}).
-		{ollamaHead, chunked(ollamaChatFirst), `{"error":"an error was encountered while running the model: unexpected EOF"}` + "\n", ErrorTypeOther},
+		{llmwire.OllamaHead, llmwire.Chunked(llmwire.OllamaChatFirst), `{"error":"an error was encountered while running the model: unexpected EOF"}` + "\n", ErrorTypeOther},
 	} {
 		r.Reset()
 		ParseFirst(&r, []byte(c.head), []byte(c.first))
