@@ -1,203 +1,24 @@
-// Package httpsniff reads what tokenwire needs from the first bytes of an
-// HTTP/1.x request or response: bounded, without allocating (SniffRequest,
-// ParseResponse; ParseRequest copies out its strings), and never trusting
-// the input (the bytes may be truncated, binary or hostile).
+// Package httpsniff reads what tokenwire needs from the heads of HTTP/1.x
+// requests and responses: a request's W3C traceparent, wherever it sits
+// in the head and however the head was split into reads
+// (TraceParentScanner), and a response's status and framing
+// (ParseResponse). Both are bounded, allocate nothing and trust nothing:
+// the bytes may be truncated, binary or hostile.
 //
-// It is not an HTTP parser: it reads a request line, a status line, a few
-// headers and the "model" field of a JSON body, and gives up quietly on
-// anything else, so that a stream falls back to opaque mode.
+// It is not an HTTP parser: it reads a status line and a few headers and
+// gives up quietly on anything else, so that a stream falls back to opaque
+// mode. The request line and the JSON body are internal/genai's
+// (RequestScanner).
 package httpsniff
 
-import (
-	"bytes"
-	"encoding/hex"
-)
+import "bytes"
 
 // MaxPath bounds the length of a reported path.
 const MaxPath = 256
 
-// MaxModel bounds the length of a reported model name.
+// MaxModel bounds the length of a reported model name (internal/genai's
+// request and response models).
 const MaxModel = 128
-
-// Request is what the head of a request says.
-type Request struct {
-	Method string
-	// Path is the request target without query or fragment.
-	Path string
-	// TraceParent is the W3C traceparent header, when valid.
-	TraceParent TraceParent
-	// Model is the "model" field of an OpenAI- or Ollama-style JSON body,
-	// when it is within the captured bytes.
-	Model string
-}
-
-// TraceParent is a parsed W3C traceparent header.
-type TraceParent struct {
-	TraceID [16]byte
-	SpanID  [8]byte
-	Flags   byte
-	Valid   bool
-}
-
-// RequestHead is what the head of a request says, as slices of the bytes
-// it was read from: the receiver's metrics path looks them up in its own
-// tables without allocating.
-type RequestHead struct {
-	// Method is one of the methods httpsniff accepts (a constant).
-	Method string
-	// Path is the request target without query or fragment.
-	Path []byte
-	// Model is the "model" field of an OpenAI- or Ollama-style JSON body,
-	// when it is within the bytes; empty otherwise.
-	Model       []byte
-	TraceParent TraceParent
-}
-
-// method returns the constant for one of the methods tokenwire accepts,
-// or "" (a switch on string(b) does not allocate).
-func method(b []byte) string {
-	switch string(b) {
-	case "GET":
-		return "GET"
-	case "POST":
-		return "POST"
-	case "PUT":
-		return "PUT"
-	case "DELETE":
-		return "DELETE"
-	case "PATCH":
-		return "PATCH"
-	case "HEAD":
-		return "HEAD"
-	case "OPTIONS":
-		return "OPTIONS"
-	}
-	return ""
-}
-
-// ParseRequest reads the head of a request. ok is false when b does not
-// start with an HTTP/1.x request line.
-func ParseRequest(b []byte) (req Request, ok bool) {
-	h, ok := SniffRequest(b)
-	if !ok {
-		return req, false
-	}
-	return Request{Method: h.Method, Path: string(h.Path), TraceParent: h.TraceParent, Model: string(h.Model)}, true
-}
-
-// SniffRequest is ParseRequest without allocating: the values are slices
-// of b. ok is false when b does not start with an HTTP/1.x request line.
-func SniffRequest(b []byte) (req RequestHead, ok bool) {
-	line, rest, found := bytes.Cut(b, []byte("\r\n"))
-	if !found {
-		return req, false
-	}
-	m, rest1, ok1 := bytes.Cut(line, []byte(" "))
-	target, proto, ok2 := bytes.Cut(rest1, []byte(" "))
-	if !ok1 || !ok2 || !bytes.HasPrefix(proto, []byte("HTTP/1.")) || len(target) == 0 || target[0] != '/' {
-		return req, false
-	}
-	if req.Method = method(m); req.Method == "" {
-		return RequestHead{}, false
-	}
-	if i := bytes.IndexAny(target, "?#"); i >= 0 {
-		target = target[:i]
-	}
-	if len(target) > MaxPath || !printable(target) {
-		return RequestHead{}, false
-	}
-	req.Path = target
-
-	var headers, body []byte
-	var complete bool
-	if bytes.HasPrefix(rest, []byte("\r\n")) { // no headers at all
-		body, complete = rest[2:], true
-	} else {
-		headers, body, complete = bytes.Cut(rest, []byte("\r\n\r\n"))
-	}
-	for len(headers) > 0 {
-		var h []byte
-		h, headers, _ = bytes.Cut(headers, []byte("\r\n"))
-		name, value, ok := bytes.Cut(h, []byte(":"))
-		if ok && bytes.EqualFold(bytes.TrimSpace(name), []byte("traceparent")) {
-			req.TraceParent = parseTraceParent(bytes.TrimSpace(value))
-		}
-	}
-	if complete {
-		req.Model = jsonModel(body)
-	}
-	return req, true
-}
-
-// parseTraceParent reads a W3C traceparent header strictly: two
-// lower-case hex digits of version (not ff), a 32-digit trace ID and a
-// 16-digit parent ID, neither all zeros, and two digits of flags, all
-// lower-case hex, dash-separated. Version 00 has nothing after the flags;
-// a later version may add fields after another dash, which are ignored.
-func parseTraceParent(v []byte) TraceParent {
-	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' {
-		return TraceParent{}
-	}
-	if !lowerHex(v[:2]) || string(v[:2]) == "ff" || string(v[:2]) == "00" && len(v) != 55 || len(v) > 55 && v[55] != '-' {
-		return TraceParent{}
-	}
-	if !lowerHex(v[3:35]) || !lowerHex(v[36:52]) || !lowerHex(v[53:55]) {
-		return TraceParent{}
-	}
-	var tp TraceParent
-	hex.Decode(tp.TraceID[:], v[3:35])
-	hex.Decode(tp.SpanID[:], v[36:52])
-	var f [1]byte
-	hex.Decode(f[:], v[53:55])
-	tp.Flags = f[0]
-	if tp.TraceID == [16]byte{} || tp.SpanID == [8]byte{} {
-		return TraceParent{}
-	}
-	tp.Valid = true
-	return tp
-}
-
-func lowerHex(b []byte) bool {
-	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// jsonModel finds "model": "<value>" in a (possibly truncated) JSON body.
-// Values with escapes or beyond MaxModel are ignored.
-func jsonModel(body []byte) []byte {
-	key := []byte(`"model"`)
-	for {
-		i := bytes.Index(body, key)
-		if i < 0 {
-			return nil
-		}
-		v := bytes.TrimLeft(body[i+len(key):], " \t\r\n")
-		if len(v) > 0 && v[0] == ':' {
-			v = bytes.TrimLeft(v[1:], " \t\r\n")
-			if len(v) > 0 && v[0] == '"' {
-				end := bytes.IndexByte(v[1:], '"')
-				if end > 0 && end <= MaxModel && bytes.IndexByte(v[1:1+end], '\\') < 0 && printable(v[1:1+end]) {
-					return v[1 : 1+end]
-				}
-				return nil
-			}
-		}
-		body = body[i+len(key):]
-	}
-}
-
-func printable(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
 
 // Response is what the head of a response says.
 type Response struct {

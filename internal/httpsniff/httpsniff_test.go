@@ -1,51 +1,82 @@
 package httpsniff
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
 
-func TestParseRequest(t *testing.T) {
-	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+const goodTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// scanTP feeds req to a TraceParentScanner in slices of n bytes.
+func scanTP(req string, n int) TraceParent {
+	var s TraceParentScanner
+	for off := 0; off < len(req); off += n {
+		s.WriteAt(int64(off), []byte(req[off:min(off+n, len(req))]))
+	}
+	return s.TraceParent()
+}
+
+func TestTraceParentScanner(t *testing.T) {
+	pad := ""
+	for i := range 200 { // 8 KiB of headers before it, as proxies and SDKs add
+		pad += fmt.Sprintf("X-Pad-%03d: %s\r\n", i, strings.Repeat("p", 28))
+	}
 	tests := []struct {
-		name      string
-		in        string
-		ok        bool
-		method    string
-		path      string
-		model     string
-		traceID   string
-		traceless bool
+		name    string
+		in      string
+		traceID string // "" for none
 	}{
-		{"openai chat", "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nTraceparent: " + tp + "\r\nContent-Type: application/json\r\n\r\n{\"model\": \"llama-3-8b\", \"stream\": true}",
-			true, "POST", "/v1/chat/completions", "llama-3-8b", "4bf92f3577b34da6a3ce929d0e0e4736", false},
-		{"ollama, model later in the body", "POST /api/generate HTTP/1.1\r\n\r\n{\"prompt\":\"the model is\",\"model\":\"qwen2:7b\"}",
-			true, "POST", "/api/generate", "qwen2:7b", "", true},
-		{"body cut before the model value", "POST /api/chat HTTP/1.1\r\n\r\n{\"model\":\"qw", true, "POST", "/api/chat", "", "", true},
-		{"headers cut short", "GET /health HTTP/1.1\r\nHost: a", true, "GET", "/health", "", "", true},
-		{"escaped model ignored", "POST /x HTTP/1.1\r\n\r\n{\"model\":\"a\\\"b\"}", true, "POST", "/x", "", "", true},
-		{"bad traceparent ignored", "GET / HTTP/1.1\r\ntraceparent: 00-zz-00\r\n\r\n", true, "GET", "/", "", "", true},
-		{"zero trace id ignored", "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000000-00f067aa0ba902b7-01\r\n\r\n", true, "GET", "/", "", "", true},
-		{"truncated request line", "POST /v1/chat/compl", false, "", "", "", "", true},
-		{"unknown method", "BREW /pot HTTP/1.1\r\n\r\n", false, "", "", "", "", true},
-		{"TLS client hello", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", false, "", "", "", "", true},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", false, "", "", "", "", true},
-		{"binary path", "GET /\x00\x01 HTTP/1.1\r\n\r\n", false, "", "", "", "", true},
-		{"huge path", "GET /" + strings.Repeat("a", 300) + " HTTP/1.1\r\n\r\n", false, "", "", "", "", true},
+		{"among headers", "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nTraceparent: " + goodTP + "\r\nContent-Type: application/json\r\n\r\n{}", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"after 8 KiB of headers", "POST /v1/chat/completions HTTP/1.1\r\n" + pad + "traceparent: " + goodTP + "\r\n\r\n", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"last header, bare LF", "GET / HTTP/1.1\nHost: a\ntraceparent:" + goodTP + "\n\n", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"white space before the colon and around the value", "GET / HTTP/1.1\r\nTRACEPARENT \t:  " + goodTP + " \t\r\n\r\n", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"in the body, not a header", "POST / HTTP/1.1\r\nHost: a\r\n\r\ntraceparent: " + goodTP + "\r\n", ""},
+		{"in another header's value", "GET / HTTP/1.1\r\nX-Note: traceparent: " + goodTP + "\r\n\r\n", ""},
+		{"a longer name", "GET / HTTP/1.1\r\ntraceparents: " + goodTP + "\r\n\r\n", ""},
+		{"a folded line", "GET / HTTP/1.1\r\nX-A: b\r\n traceparent: " + goodTP + "\r\n\r\n", ""},
+		{"the request line", "GET /traceparent:" + goodTP + " HTTP/1.1\r\n\r\n", ""},
+		{"a later invalid one replaces it", "GET / HTTP/1.1\r\ntraceparent: " + goodTP + "\r\ntraceparent: 00-zz\r\n\r\n", ""},
+		{"a later valid one replaces it", "GET / HTTP/1.1\r\ntraceparent: 00-00000000000000000000000000000001-00f067aa0ba902b7-01\r\ntraceparent: " + goodTP + "\r\n\r\n", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"value cut by the end of the bytes", "GET / HTTP/1.1\r\ntraceparent: " + goodTP[:40], ""},
+		{"a 200-byte value", "GET / HTTP/1.1\r\ntraceparent: " + goodTP + strings.Repeat("-x", 100) + "\r\n\r\n", ""},
+		{"trailing white space beyond the kept bytes", "GET / HTTP/1.1\r\ntraceparent: " + goodTP + strings.Repeat(" ", 40) + "\r\n\r\n", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"TLS client hello", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, ok := ParseRequest([]byte(tt.in))
-			if ok != tt.ok || req.Method != tt.method || req.Path != tt.path || req.Model != tt.model {
-				t.Fatalf("got %+v ok=%v, want method %q path %q model %q ok=%v", req, ok, tt.method, tt.path, tt.model, tt.ok)
-			}
-			if tt.traceless != !req.TraceParent.Valid {
-				t.Fatalf("traceparent valid = %v", req.TraceParent.Valid)
-			}
-			if req.TraceParent.Valid && strings.ToLower(hexs(req.TraceParent.TraceID[:])) != tt.traceID {
-				t.Fatalf("trace id %x", req.TraceParent.TraceID)
+			// Whole, and split at every size: the result must not change.
+			for n := 1; n <= len(tt.in); n++ {
+				tp := scanTP(tt.in, n)
+				got := ""
+				if tp.Valid {
+					got = hexs(tp.TraceID[:])
+				}
+				if got != tt.traceID {
+					t.Fatalf("in slices of %d: trace id %q, want %q", n, got, tt.traceID)
+				}
 			}
 		})
+	}
+}
+
+// A lost slice stops the scan: what came before it stands, nothing after
+// it is read (it could be the body, or the middle of another header).
+func TestTraceParentScannerGap(t *testing.T) {
+	req := "GET / HTTP/1.1\r\ntraceparent: " + goodTP + "\r\nX-A: b\r\n"
+	var s TraceParentScanner
+	s.WriteAt(0, []byte(req))
+	s.WriteAt(int64(len(req))+10, []byte("traceparent: 00-00000000000000000000000000000001-00f067aa0ba902b7-01\r\n\r\n"))
+	if tp := s.TraceParent(); !tp.Valid || hexs(tp.TraceID[:]) != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Fatalf("after a gap: %+v", tp)
+	}
+	// Slices seen again (a retransmitted record) change nothing.
+	s.Reset()
+	s.WriteAt(0, []byte(req[:20]))
+	s.WriteAt(0, []byte(req))
+	s.WriteAt(10, []byte(req[10:]))
+	if tp := s.TraceParent(); !tp.Valid {
+		t.Fatal("overlapping slices lost the header")
 	}
 }
 
@@ -111,21 +142,22 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("POST /v1/chat/completions HTTP/1.1\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n{\"model\":\"m\"}"))
 	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if req, ok := ParseRequest(b); ok {
-			if len(req.Path) > MaxPath || len(req.Model) > MaxModel || !printable([]byte(req.Path)) {
-				t.Fatalf("unbounded or unprintable result %+v", req)
-			}
+		// However the bytes are split, the traceparent found is the same.
+		whole := scanTP(string(b), len(b)+1)
+		if split := scanTP(string(b), 7); split != whole {
+			t.Fatalf("split: %+v, whole: %+v", split, whole)
 		}
 		ParseResponse(b)
 	})
 }
 
 // TestSniffingAllocatesNothing: the receiver reads every stream's heads
-// with SniffRequest and ParseResponse on its hot path.
+// with TraceParentScanner and ParseResponse on its hot path.
 func TestSniffingAllocatesNothing(t *testing.T) {
+	var s TraceParentScanner
 	for _, in := range allocCorpus {
 		b := []byte(in)
-		if n := testing.AllocsPerRun(100, func() { SniffRequest(b); ParseResponse(b) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { s.Reset(); s.WriteAt(0, b); ParseResponse(b) }); n != 0 {
 			t.Errorf("%q: %v allocations", in, n)
 		}
 	}
@@ -188,9 +220,8 @@ func TestTraceParentIsStrict(t *testing.T) {
 		"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": false,
 		good[:54]: false,
 	} {
-		req, ok := SniffRequest([]byte("GET / HTTP/1.1\r\ntraceparent: " + v + "\r\n\r\n"))
-		if !ok || req.TraceParent.Valid != valid {
-			t.Errorf("traceparent %q: valid %v, want %v", v, req.TraceParent.Valid, valid)
+		if tp := scanTP("GET / HTTP/1.1\r\ntraceparent: "+v+"\r\n\r\n", 1<<20); tp.Valid != valid {
+			t.Errorf("traceparent %q: valid %v, want %v", v, tp.Valid, valid)
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenwire/tokenwire/internal/genai"
+	"github.com/tokenwire/tokenwire/internal/httpsniff"
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
 )
@@ -57,6 +59,10 @@ type Config struct {
 	// processes (by pid, or by executable name).
 	Pids         []uint32
 	ProcessNames []string
+	// Providers names the gen_ai.provider.name of the streams served on a
+	// port; it wins over the provider the wire format speaks for
+	// (genai.Provider). Values are taken as they are.
+	Providers map[uint16]string
 	// Spans keeps a span record per finished stream.
 	Spans bool
 	// OnSkip is called for each stream not reported, with its reason;
@@ -81,21 +87,24 @@ type Aggregator struct {
 	ended  map[stream.ID]bool // ended here (idle) while the kernel may still write
 	series map[SeriesKey]*Series
 	routes *router
-	// routes' and models' values, and thread names: looked up with
-	// m[string(b)], which does not allocate, they turn captured bytes
-	// into strings that are allocated once.
-	paths  *values
-	models *values
-	comms  map[string]string
+	// routes', models' (request and response) and error types' values, and
+	// thread names: looked up with m[string(b)], which does not allocate,
+	// they turn captured bytes into strings that are allocated once.
+	paths    *values
+	models   *values
+	errTypes *values
+	comms    map[string]string
 	spans  []Span
 }
 
 // maxComms bounds the interned thread names; maxEnded the streams ended
 // by the idle timeout that are remembered so that late records of theirs
-// are not counted twice.
+// are not counted twice; maxErrorTypes the distinct error.type values on
+// metrics (the rest are genai.ErrorTypeOther).
 const (
-	maxComms = 4096
-	maxEnded = 16384
+	maxComms      = 4096
+	maxEnded      = 16384
+	maxErrorTypes = 32
 )
 
 // New returns an aggregator. procs names the processes behind pids (for
@@ -124,7 +133,11 @@ func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
 		routes: routes,
 		paths:  newValues(cfg.MaxPaths, expiry),
 		models: newValues(cfg.MaxModels, expiry),
-		comms:  map[string]string{},
+		// Error types are a closed vocabulary (genai's, HTTP statuses): a
+		// place is kept for good once given.
+		errTypes: &values{limit: maxErrorTypes, expiry: math.MaxInt64, other: genai.ErrorTypeOther,
+			slots: map[string]*valueSlot{}},
+		comms:    map[string]string{},
 	}
 	for _, p := range cfg.Pids {
 		a.pids[p] = true
@@ -145,14 +158,27 @@ func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
 }
 
 // openStream is what is known of a stream between its request and its
-// end: the heads of request and response, and how much of the kernel's
+// end: what its request and response said, and how much of the kernel's
 // running totals has been counted.
 type openStream struct {
-	req     [2 * stream.PeekMax]byte
-	reqLen  int
-	resp    [stream.PeekMax]byte
-	respLen int
-	pid     uint32
+	// The request, read as its slices arrive (up to
+	// stream.Config.RequestCaptureBytes of head and body): its line and
+	// its JSON body's model and stream flag, and its traceparent.
+	req genai.RequestScanner
+	tp  httpsniff.TraceParentScanner
+	// The response's first write (its head), and what the head says when
+	// it is HTTP/1.x (headOK); headerLen is where its headers end within
+	// resp (0: not within it).
+	resp      [stream.PeekMax]byte
+	respLen   int
+	head      httpsniff.Response
+	headOK    bool
+	headerLen int
+	// gen is what the response's body says of itself: its first write
+	// and the ends of the writes the kernel took for a stream's last
+	// events. Read in http mode only.
+	gen genai.Response
+	pid uint32
 	comm    [16]byte
 	// When the request was first read and the response's head written
 	// (record times): the idle timeout's fallback before any PROGRESS.
@@ -168,9 +194,6 @@ type openStream struct {
 	ser        *Series
 	span       spanHead // what the span needs of the heads (Spans on)
 
-	// headerLen is where the response's headers end in its first write
-	// (0: not within the captured head).
-	headerLen int
 	// The first write's body bytes, once counted, and the interval from it
 	// to the kernel's first chunk, once counted.
 	headBody    uint32
@@ -188,7 +211,7 @@ type openStream struct {
 	seenBytes  uint64
 }
 
-// openStreams recycles finished openStream entries (1.5 KiB each), so that
+// openStreams recycles finished openStream entries (2.2 KiB each), so that
 // a stream opening does not allocate in steady state, however many are in
 // flight; what a burst leaves behind goes back to the garbage collector
 // within two cycles.
@@ -227,10 +250,8 @@ func (a *Aggregator) Add(rec *stream.Record) {
 	switch rec.Kind {
 	case stream.KindRequest:
 		o = a.opened(o, rec.ID)
-		if off := int(rec.Offset); off < len(o.req) {
-			n := copy(o.req[off:], rec.Data)
-			o.reqLen = max(o.reqLen, off+n)
-		}
+		o.req.WriteAt(int64(rec.Offset), rec.Data)
+		o.tp.WriteAt(int64(rec.Offset), rec.Data)
 		if o.pid == 0 {
 			o.pid, o.comm = rec.PID, rec.Comm
 		}
@@ -239,9 +260,12 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		}
 	case stream.KindResponse:
 		o = a.opened(o, rec.ID)
-		o.respLen = copy(o.resp[:], rec.Data)
+		o.response(rec.Data)
 		o.pid, o.comm = rec.PID, rec.Comm
 		o.respTS = rec.TS
+	case stream.KindBody:
+		o = a.opened(o, rec.ID)
+		o.body(rec.Flags, rec.Data)
 	case stream.KindProgress:
 		o = a.opened(o, rec.ID)
 		if !o.remote.IsValid() {

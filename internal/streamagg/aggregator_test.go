@@ -13,6 +13,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/streamagg/streamaggtest"
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 )
 
 const sseHead = streamaggtest.SSEHead
@@ -203,14 +204,20 @@ func TestIdleStreamEndsOnce(t *testing.T) {
 
 // steadyStreams are the streams of nsocks sockets, cycling through 8
 // paths and 4 models, as records ready to be replayed with new sequence
-// numbers: the steady state, where every series exists.
+// numbers: the steady state, where every series exists. Each is a vLLM
+// chat stream as the kernel reports it: the request, the head, the first
+// event's start, the usage chunk's end, the END.
 func steadyStreams(nsocks int) [][]stream.Record {
 	var out [][]stream.Record
 	for i := range nsocks {
 		out = append(out, streamaggtest.Stream{
 			PID: uint32(os.Getpid()), Sock: uint64(i),
-			Request: fmt.Sprintf("POST /v1/p%d/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n{\"model\":\"m%d\",\"stream\":true}", i%8, i%4),
-			Head:    sseHead, HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10, 20, 30}, ChunkBytes: 10,
+			Request: fmt.Sprintf("POST /v1/p%d/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"+
+				"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":\"m%d\",\"stream\":true}", i%8, i%4),
+			Head: llmwire.UvicornHead, HeadBytes: uint32(len(llmwire.UvicornHead)), HeadAt: 1,
+			ChunkAt: []uint64{10, 20, 30}, ChunkBytes: 10,
+			FirstBody: first(llmwire.Chunked(llmwire.VLLMChatFirst)),
+			Tails:     []string{tail(llmwire.Chunked(llmwire.VLLMChatUsage))},
 		}.Records(IntervalBounds))
 	}
 	return out
@@ -225,7 +232,11 @@ func replay(a *Aggregator, streams [][]stream.Record) {
 			recs[i].ID.Seq++
 		}
 	}
-	for i := range 3 {
+	most := 0
+	for _, recs := range streams {
+		most = max(most, len(recs))
+	}
+	for i := range most {
 		for _, recs := range streams {
 			if i < len(recs) {
 				a.Add(&recs[i])
@@ -264,12 +275,17 @@ func TestStreamRecordsDoNotAllocate(t *testing.T) {
 	require.Zero(t, h.a.OpenCount())
 	require.Positive(t, h.skips[SkipNotStreamed])
 	require.EqualValues(t, 64*102*3, h.series(t, OtherValue, "m1").Chunks, "p5 is capped, and its 64 sockets use m1")
-	require.EqualValues(t, 64*102*3, h.series(t, "/v1/p0/chat/completions", "m0").Chunks)
+	s := h.series(t, "/v1/p0/chat/completions", "m0")
+	require.EqualValues(t, 64*102*3, s.Chunks)
+	require.EqualValues(t, 64*102, s.OutputTokens.Count, "every stream's usage chunk was read")
+	require.EqualValues(t, 64*102*28, s.OutputTokens.Sum)
+	require.EqualValues(t, 64*102, s.TPOT.Count)
 }
 
 // BenchmarkStreamRecords measures the user-space cost of stream records
-// once their series exist: request, response and end per stream, over 64
-// sockets, 8 paths and 4 models. ns/record and allocs/record are per
+// once their series exist: request, response, first body, usage tail and
+// end per stream (vLLM's chat stream), over 64 sockets, 8 paths and 4
+// models. ns/record and allocs/record are per
 // record; the standard columns are per stream. With spans, the span
 // records are taken every 1024 streams, as the receiver's span flush does.
 func BenchmarkStreamRecords(b *testing.B) {
@@ -300,7 +316,7 @@ func BenchmarkStreamRecords(b *testing.B) {
 				}
 			}
 			runtime.ReadMemStats(&m1)
-			records := float64(3 * n)
+			records := float64(len(streams[0]) * n)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/records, "ns/record")
 			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/records, "allocs/record")
 		})

@@ -4,28 +4,27 @@ import (
 	"bytes"
 	"time"
 
-	"github.com/tokenwire/tokenwire/internal/httpsniff"
 	"github.com/tokenwire/tokenwire/internal/stream"
 )
 
-// classify reads the heads once: mode, attributes, whether to report, and
-// what the span needs of them.
+// classify reads what the request and the response said by the stream's
+// first chunk, once: mode, attributes, whether to report, and what the
+// span needs. The series key is fixed here: a response model or format
+// that only later events tell is on the span, not on the metrics.
 func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 	o.classified = true
 	if o.pid == 0 {
 		o.pid = st.PID
 	}
-	req, reqOK := httpsniff.SniffRequest(o.req[:o.reqLen])
-	resp, respOK := httpsniff.ParseResponse(o.resp[:o.respLen])
-	if i := bytes.Index(o.resp[:o.respLen], []byte("\r\n\r\n")); respOK && i >= 0 {
-		o.headerLen = i + 4
-	}
+	method, path := o.req.Method(), o.req.Path()
+	reqOK := method != "" && path != nil
+	respOK := o.headOK
 	mode := ModeOpaque
 	if respOK {
 		mode = ModeHTTP
 	}
 	switch {
-	case respOK && !resp.Streamed():
+	case respOK && !o.head.Streamed():
 		o.skip = SkipNotStreamed
 	case !a.selected(o):
 		o.skip = SkipFiltered
@@ -35,20 +34,28 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 		return
 	}
 	key := SeriesKey{PID: o.pid, Port: st.Local.Port(), Mode: mode}
+	now := time.Since(a.base)
 	if reqOK && respOK {
-		now := time.Since(a.base)
-		key.Method = req.Method
-		key.Route = a.paths.get(a.routes.route(req.Path), now)
-		if len(req.Model) > 0 {
-			key.Model = a.models.get(req.Model, now)
+		key.Method = method
+		key.Route = a.paths.get(a.routes.route(path), now)
+		if m := o.req.Model(); len(m) > 0 {
+			key.Model = a.models.get(m, now)
+		}
+		key.Operation = o.req.Operation()
+	}
+	if respOK {
+		key.Format = o.gen.Format
+		if m := o.gen.Model(); len(m) > 0 {
+			key.ResponseModel = a.models.get(m, now)
 		}
 	}
+	key.Provider = a.provider(key.Port, key.Format)
 	o.key = key
 	if a.cfg.Spans {
-		o.span = spanHead{isHTTP: respOK, status: resp.Status, traceParent: req.TraceParent}
+		o.span = spanHead{isHTTP: respOK, status: o.head.Status, traceParent: o.tp.TraceParent()}
 		if reqOK && respOK {
-			o.span.path, o.span.model = string(req.Path), string(req.Model)
-			o.span.route = string(a.routes.route(req.Path))
+			o.span.path, o.span.model = string(path), string(o.req.Model())
+			o.span.route = string(a.routes.route(path))
 		}
 	}
 }

@@ -5,19 +5,23 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/internal/histogram"
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
 )
 
-// Histogram bounds, in seconds. Time to first token and request duration
-// follow the semantic conventions' advice for gen_ai.server.* ; the chunk
-// interval uses the advice for gen_ai.server.time_per_output_token with
-// three finer buckets below 10 ms (fast token streams), which the kernel
-// counts into itself (stream.DefaultGapBounds).
+// Histogram bounds. Time to first token, request duration, time per
+// output token (s) and token usage ({token}) take the semantic
+// conventions' advice (genai); the chunk interval (s) takes the advice for
+// gen_ai.server.time_per_output_token with three finer buckets below
+// 10 ms (fast token streams), which the kernel counts into itself
+// (stream.DefaultGapBounds).
 var (
-	TTFTBounds     = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
-	DurationBounds = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	TTFTBounds     = genai.ServerTimeToFirstTokenBuckets
+	DurationBounds = genai.ServerRequestDurationBuckets
+	TPOTBounds     = genai.ServerTimePerOutputTokenBuckets
+	TokenBounds    = genai.ClientTokenUsageBuckets
 	IntervalBounds = secondsOf(stream.DefaultGapBounds)
 )
 
@@ -46,20 +50,36 @@ func (m Mode) String() string {
 	return "opaque"
 }
 
-// SeriesKey is one attribute set of the stream metrics, under one process.
-// The overflow series (beyond Config.MaxSeries) has PID 0, port 0 and
-// OtherValue for method, route and model.
+// SeriesKey is one attribute set of the stream metrics, under one process,
+// fixed when the stream is classified (at its first chunk): what the
+// request and the response's first body said by then. The overflow series
+// (beyond Config.MaxSeries) has PID 0, port 0, OtherValue for method,
+// route and model, and nothing else.
 type SeriesKey struct {
 	PID                  uint32
 	Port                 uint16
 	Method, Route, Model string
 	Mode                 Mode
+	// Operation (gen_ai.operation.name) and Provider
+	// (gen_ai.provider.name) are "" when unknown; ResponseModel when the
+	// first body did not name one.
+	Operation, Provider, ResponseModel string
+	// Format is the response's wire format; FormatUnknown in opaque mode
+	// too.
+	Format genai.Format
 }
 
 // Series holds one attribute set's cumulative totals.
 type Series struct {
+	// TTFT and Interval take every stream; Duration the streams that did
+	// not end in an error, Errors those that did, by error.type.
 	TTFT, Duration, Interval *histogram.Histogram
-	Chunks, Bytes            int64
+	Errors                   []ErrorDuration
+	// TPOT (time per output token) and the token counts take only the
+	// streams that reported them as final (see genai.Response.Ended).
+	TPOT                      *histogram.Histogram
+	InputTokens, OutputTokens *histogram.Histogram
+	Chunks, Bytes             int64
 	// Process is the process that wrote the series' first stream, read
 	// when the series was made: its resource stays the same whatever
 	// holds the pid later. Running is false when it had exited by then.
@@ -69,12 +89,35 @@ type Series struct {
 	lastUpdate time.Duration // since Aggregator.base
 }
 
+// ErrorDuration is the request durations of the streams of one series that
+// ended in one error.type.
+type ErrorDuration struct {
+	Type     string
+	Duration *histogram.Histogram
+}
+
 func newSeries() *Series {
 	return &Series{
-		TTFT:     histogram.New(len(TTFTBounds)),
-		Duration: histogram.New(len(DurationBounds)),
-		Interval: histogram.New(len(IntervalBounds)),
+		TTFT:         histogram.New(len(TTFTBounds)),
+		Duration:     histogram.New(len(DurationBounds)),
+		Interval:     histogram.New(len(IntervalBounds)),
+		TPOT:         histogram.New(len(TPOTBounds)),
+		InputTokens:  histogram.New(len(TokenBounds)),
+		OutputTokens: histogram.New(len(TokenBounds)),
 	}
+}
+
+// errorDuration returns the series' duration histogram for errType,
+// making it (error types are capped: few per series).
+func (s *Series) errorDuration(errType string) *histogram.Histogram {
+	for i := range s.Errors {
+		if s.Errors[i].Type == errType {
+			return s.Errors[i].Duration
+		}
+	}
+	h := histogram.New(len(DurationBounds))
+	s.Errors = append(s.Errors, ErrorDuration{Type: errType, Duration: h})
+	return h
 }
 
 // seriesOf returns the series of o's key, making it; beyond MaxSeries new
@@ -129,8 +172,13 @@ func (a *Aggregator) Snapshot() []SeriesSnapshot {
 	a.mu.Lock()
 	out := make([]SeriesSnapshot, 0, len(a.series))
 	for k, s := range a.series {
+		errs := make([]ErrorDuration, len(s.Errors))
+		for i, e := range s.Errors {
+			errs[i] = ErrorDuration{Type: e.Type, Duration: e.Duration.Clone()}
+		}
 		out = append(out, SeriesSnapshot{Key: k, Series: Series{
-			TTFT: s.TTFT.Clone(), Duration: s.Duration.Clone(), Interval: s.Interval.Clone(),
+			TTFT: s.TTFT.Clone(), Duration: s.Duration.Clone(), Interval: s.Interval.Clone(), Errors: errs,
+			TPOT: s.TPOT.Clone(), InputTokens: s.InputTokens.Clone(), OutputTokens: s.OutputTokens.Clone(),
 			Chunks: s.Chunks, Bytes: s.Bytes, Process: s.Process, Running: s.Running,
 		}})
 	}
@@ -141,7 +189,9 @@ func (a *Aggregator) Snapshot() []SeriesSnapshot {
 
 func (k SeriesKey) compare(o SeriesKey) int {
 	return cmp.Or(cmp.Compare(k.PID, o.PID), cmp.Compare(k.Port, o.Port), cmp.Compare(k.Method, o.Method),
-		cmp.Compare(k.Route, o.Route), cmp.Compare(k.Model, o.Model), cmp.Compare(k.Mode, o.Mode))
+		cmp.Compare(k.Route, o.Route), cmp.Compare(k.Model, o.Model), cmp.Compare(k.Mode, o.Mode),
+		cmp.Compare(k.Operation, o.Operation), cmp.Compare(k.Provider, o.Provider),
+		cmp.Compare(k.ResponseModel, o.ResponseModel), cmp.Compare(k.Format, o.Format))
 }
 
 // count adds what the kernel counted since the stream's previous record.
@@ -186,9 +236,42 @@ func (a *Aggregator) count(o *openStream, rec *stream.Record, end bool) {
 	ser.Bytes += int64(st.Bytes - o.seenBytes)
 	o.seenGapSum, o.seenChunks, o.seenBytes = st.GapSum, st.Chunks, st.Bytes
 	if end {
-		ser.Duration.Observe(DurationBounds, seconds(st.EndTS-st.RequestTS))
+		a.atEnd(o, ser, st)
 		if a.cfg.Spans {
 			a.span(o, rec)
+		}
+	}
+}
+
+// atEnd records what is known of a stream only at its end: its duration
+// (by error.type when it ended in an error), and the output tokens, input
+// tokens and time per output token it reported as final. A count the
+// stream did not report, or reported without saying it was over (a
+// running total), is not recorded: never guessed.
+func (a *Aggregator) atEnd(o *openStream, ser *Series, st *stream.Stats) {
+	dur := seconds(st.EndTS - st.RequestTS)
+	errType := a.errorType(o)
+	if errType == "" {
+		ser.Duration.Observe(DurationBounds, dur)
+	} else {
+		ser.errorDuration(errType).Observe(DurationBounds, dur)
+	}
+	if !o.gen.Ended() {
+		return
+	}
+	u := &o.gen.Usage
+	if u.Input.Known {
+		ser.InputTokens.Observe(TokenBounds, float64(u.Input.N))
+	}
+	if !u.Output.Known {
+		return
+	}
+	ser.OutputTokens.Observe(TokenBounds, float64(u.Output.N))
+	// The conventions count time per output token for successful
+	// responses only.
+	if first := o.firstChunkTS(st); first != 0 && errType == "" {
+		if v, ok := genai.TimePerOutputToken(seconds(first-st.RequestTS), dur, u.Output); ok {
+			ser.TPOT.Observe(TPOTBounds, v)
 		}
 	}
 }

@@ -30,7 +30,8 @@ func TestRoutesOnMetricsRawPathsOnSpans(t *testing.T) {
 	h.run(simple(2, "/v1/threads/977/runs", ""))
 	h.run(simple(3, "/v1beta/models/gemini-pro:streamGenerateContent", ""))
 	require.EqualValues(t, 4, h.series(t, "/v1/threads/{id}/runs", "").Chunks, "two streams, one route")
-	require.EqualValues(t, 2, h.series(t, "/v1beta/models/{model}:streamGenerateContent", "").Chunks)
+	require.EqualValues(t, 2, h.series(t, "/v1beta/models/{model}:streamGenerateContent", "gemini-pro").Chunks,
+		"the route hides the model, gen_ai.request.model names it")
 	spans := h.a.TakeSpans()
 	require.Len(t, spans, 3)
 	require.Equal(t, "/v1/threads/4242/runs", spans[0].Path)

@@ -2,7 +2,9 @@ package streamagg
 
 import (
 	"net/netip"
+	"slices"
 
+	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/internal/httpsniff"
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
@@ -33,6 +35,27 @@ type Span struct {
 	Bytes       int64
 	GapMax      uint64 // the longest chunk interval, ns
 	TraceParent httpsniff.TraceParent
+
+	// What the request and the whole response said (unlike the metrics,
+	// whose attributes are fixed at the first chunk). Model above is the
+	// request's. Operation, Provider, ResponseModel, ResponseID and APIType
+	// (openai.api.type) are "" when unknown.
+	Operation, Provider string
+	ResponseModel       string
+	ResponseID          string
+	APIType             string
+	Format              genai.Format
+	FinishReasons       []string
+	// Usage holds the counts the stream reported as final; the others are
+	// not Known.
+	Usage genai.Usage
+	// Stream is the request body's "stream" flag, when StreamKnown.
+	Stream, StreamKnown bool
+	// ErrorType is error.type ("" when the stream did not end in an
+	// error); Failed says the span's status is an error: the stream
+	// reported one, or the status is 5xx.
+	ErrorType string
+	Failed    bool
 }
 
 // spanHead is what a span needs of the heads, read when the stream is
@@ -42,6 +65,30 @@ type spanHead struct {
 	status             int
 	path, route, model string
 	traceParent        httpsniff.TraceParent
+}
+
+// genAI fills sp's GenAI attributes from what the stream said.
+func (a *Aggregator) genAI(sp *Span, o *openStream) {
+	g := &o.gen
+	sp.Format = g.Format
+	sp.Provider = a.provider(sp.Port, g.Format)
+	if sp.Method != "" {
+		sp.Operation = o.req.Operation()
+	}
+	sp.APIType = genai.OpenAIAPIType(g.Format, sp.Operation)
+	if m := g.Model(); len(m) > 0 {
+		sp.ResponseModel = string(m)
+	}
+	if id := g.ID(); len(id) > 0 {
+		sp.ResponseID = string(id)
+	}
+	sp.FinishReasons = slices.Clone(g.FinishReasons())
+	if g.Ended() {
+		sp.Usage = g.Usage
+	}
+	sp.Stream, sp.StreamKnown = o.req.Stream()
+	sp.ErrorType = a.errorType(o)
+	sp.Failed = g.ErrorType() != "" || o.head.Status >= 500
 }
 
 // span records a finished stream's span.
@@ -64,6 +111,11 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 	if o.headBody > 0 {
 		sp.Chunks++
 		sp.Bytes += int64(o.headBody)
+	}
+	if o.span.isHTTP {
+		a.genAI(&sp, o)
+	} else {
+		sp.Provider = a.provider(sp.Port, genai.FormatUnknown)
 	}
 	a.spans = append(a.spans, sp)
 }

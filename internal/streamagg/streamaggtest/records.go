@@ -38,6 +38,16 @@ type Stream struct {
 	// Sock and Seq identify it (stream.ID; Gen is 1).
 	Sock uint64
 	Seq  uint32
+	// RequestSlice, when set, sends the request in REQUEST records of at
+	// most this many bytes, as the kernel slices what one read took
+	// (stream.RequestSlice) or the server read it.
+	RequestSlice int
+	// FirstBody is the start of the first body write (a BODY record with
+	// BodyFirst) and Tails the ends of the writes the kernel took for a
+	// stream's last events (BodyTail), in order; both as the kernel cuts
+	// them (at most stream.PeekMax bytes).
+	FirstBody string
+	Tails     []string
 }
 
 // Records returns the stream's request, response and END records; the
@@ -67,9 +77,24 @@ func (s Stream) Records(intervalBounds []float64) []stream.Record {
 		st.Bytes += s.ChunkBytes
 	}
 	st.EndTS = st.LastChunkTS + ms
-	return []stream.Record{
-		{Kind: stream.KindRequest, ID: id, PID: s.PID, TS: 1000 * ms, Data: []byte(s.Request)},
-		{Kind: stream.KindResponse, ID: id, PID: s.PID, TS: st.HeadersTS, Flags: stream.RespHTTP, Data: []byte(s.Head)},
-		{Kind: stream.KindEnd, ID: id, Reason: stream.EndTerminator, Stats: st},
+	var recs []stream.Record
+	n := s.RequestSlice
+	if n <= 0 {
+		n = max(len(s.Request), 1)
 	}
+	for off := 0; off < len(s.Request) || off == 0; off += n {
+		recs = append(recs, stream.Record{Kind: stream.KindRequest, ID: id, PID: s.PID, TS: 1000 * ms,
+			Offset: uint32(off), Data: []byte(s.Request[off:min(off+n, len(s.Request))])})
+	}
+	recs = append(recs, stream.Record{Kind: stream.KindResponse, ID: id, PID: s.PID, TS: st.HeadersTS,
+		Flags: stream.RespHTTP, Data: []byte(s.Head)})
+	if s.FirstBody != "" {
+		recs = append(recs, stream.Record{Kind: stream.KindBody, ID: id, PID: s.PID, Flags: stream.BodyFirst,
+			Data: []byte(s.FirstBody)})
+	}
+	for _, t := range s.Tails {
+		recs = append(recs, stream.Record{Kind: stream.KindBody, ID: id, PID: s.PID, Flags: stream.BodyTail,
+			Data: []byte(t)})
+	}
+	return append(recs, stream.Record{Kind: stream.KindEnd, ID: id, Reason: stream.EndTerminator, Stats: st})
 }
