@@ -15,8 +15,7 @@ import (
 )
 
 // first and tail cut a write as the kernel does for a BODY record.
-func first(write string) string { return write[:min(len(write), stream.PeekMax)] }
-func tail(write string) string  { return write[max(0, len(write)-stream.PeekMax):] }
+var first, tail = streamaggtest.FirstOf, streamaggtest.TailOf
 
 // sdkChat is a chat completions request as the OpenAI Python SDK sends
 // it: the messages first, the model after them, with pad bytes of

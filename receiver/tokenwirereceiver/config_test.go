@@ -45,6 +45,7 @@ func TestLoadConfig(t *testing.T) {
 					MaxSockets: 2048, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
 					MaxPaths: 10, MaxModels: 5, Spans: false, IdleTimeout: 30 * time.Second,
 					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
+					RequestCapture: 128 << 10, Providers: map[string]string{"8000": "vllm"},
 				}
 				return c
 			},
@@ -95,6 +96,17 @@ func TestLoadConfig(t *testing.T) {
 
 func TestDefaultConfigIsValid(t *testing.T) {
 	require.NoError(t, confmap.Validate(createDefaultConfig()))
+}
+
+// Provider names as the conventions spell them are accepted: well-known
+// values and custom ones alike.
+func TestProviderNames(t *testing.T) {
+	for _, name := range []string{"vllm", "openai", "aws.bedrock", "huggingface.tgi", "llama_cpp", "gcp.vertex_ai", "sglang2"} {
+		cfg := createDefaultConfig()
+		cfg.Streams.Providers = map[string]string{"8000": name, "11434": "ollama"}
+		require.NoError(t, confmap.Validate(cfg), name)
+		require.Equal(t, map[uint16]string{8000: name, 11434: "ollama"}, cfg.Streams.providers())
+	}
 }
 
 // TestRequiredDefaults: the observability probes are optional by default
@@ -159,6 +171,14 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"bad traceparent mode", func(c *Config) { c.Streams.TraceParent = "trust" }, `streams.traceparent: "trust" is not one of parent, link, ignore`},
 		{"short series expiry", func(c *Config) { c.Streams.SeriesExpiry = time.Second }, "streams.series_expiry: must be at least 1m"},
 		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},
+		{"small request capture", func(c *Config) { c.Streams.RequestCapture = 512 }, "streams.request_capture_bytes: must be between 1024 and 1048576, got 512"},
+		{"huge request capture", func(c *Config) { c.Streams.RequestCapture = 4 << 20 }, "streams.request_capture_bytes: must be between 1024 and 1048576"},
+		{"provider key not a port", func(c *Config) { c.Streams.Providers = map[string]string{"vllm": "vllm"} }, `streams.providers: key "vllm" is not a port (1-65535)`},
+		{"provider port out of range", func(c *Config) { c.Streams.Providers = map[string]string{"70000": "vllm"} }, `streams.providers: key "70000" is not a port`},
+		{"provider port not watched", func(c *Config) { c.Streams.Providers = map[string]string{"9000": "vllm"} }, "streams.providers: port 9000 is not in streams.ports"},
+		{"provider name with upper case", func(c *Config) { c.Streams.Providers = map[string]string{"8000": "vLLM"} }, `streams.providers[8000]: "vLLM" is not a provider name`},
+		{"empty provider name", func(c *Config) { c.Streams.Providers = map[string]string{"8000": ""} }, `streams.providers[8000]: "" is not a provider name`},
+		{"provider name with an empty word", func(c *Config) { c.Streams.Providers = map[string]string{"8000": "aws..bedrock"} }, `streams.providers[8000]: "aws..bedrock" is not a provider name`},
 		{"empty interface name", func(c *Config) { c.XDP.Interfaces = []string{""} }, `xdp.interfaces[0]: empty name`},
 		{"long interface name", func(c *Config) { c.XDP.Interfaces = []string{"averyveryverylongname"} }, "xdp.interfaces[0]"},
 		{"repeated interface", func(c *Config) { c.XDP.Interfaces = []string{"eth0", "eth0"} }, `xdp.interfaces[1]: "eth0" is listed twice`},

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -91,6 +92,7 @@ func (r *tokenwireReceiver) scopeOf(md pmetric.Metrics, res pcommon.Resource) pm
 		}
 	}
 	rm := rms.AppendEmpty()
+	rm.SetSchemaUrl(genai.SchemaURL)
 	res.CopyTo(rm.Resource())
 	sm := rm.ScopeMetrics().AppendEmpty()
 	sm.Scope().SetName(metadata.ScopeName)

@@ -4,6 +4,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 
+	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/internal/handshakeagg"
 	"github.com/tokenwire/tokenwire/internal/histogram"
 	"github.com/tokenwire/tokenwire/internal/streamagg"
@@ -29,17 +30,32 @@ var (
 		bounds: handshakeagg.Bounds,
 	}
 	ttftDef = histogramDef{
-		name: "gen_ai.server.time_to_first_token",
+		name: genai.MetricServerTimeToFirstToken,
 		description: "Time from the request's last byte reaching the server socket to the first body chunk " +
 			"of the response being written.",
-		unit:   "s",
+		unit:   genai.UnitSeconds,
 		bounds: streamagg.TTFTBounds,
 	}
 	requestDurationDef = histogramDef{
-		name:        "gen_ai.server.request.duration",
-		description: "Time from the request's last byte reaching the server socket to the end of the streamed response.",
-		unit:        "s",
-		bounds:      streamagg.DurationBounds,
+		name: genai.MetricServerRequestDuration,
+		description: "Time from the request's last byte reaching the server socket to the end of the streamed response; " +
+			"error.type when the stream reported an error or the status was 4xx or 5xx.",
+		unit:   genai.UnitSeconds,
+		bounds: streamagg.DurationBounds,
+	}
+	timePerOutputTokenDef = histogramDef{
+		name: genai.MetricServerTimePerOutputToken,
+		description: "Time per output token after the first: (request duration - time to first token) / " +
+			"(output tokens - 1), for streams that reported their final output tokens (at least 2) and no error.",
+		unit:   genai.UnitSeconds,
+		bounds: streamagg.TPOTBounds,
+	}
+	tokenUsageDef = histogramDef{
+		name: genai.MetricServerTokenUsage,
+		description: "Tokens per streamed response, by gen_ai.token.type (input, output), as the stream's own final " +
+			"usage reports them; streams that reported none are not counted.",
+		unit:   genai.UnitToken,
+		bounds: streamagg.TokenBounds,
 	}
 	chunkIntervalDef = histogramDef{
 		name:        "tokenwire.stream.chunk.interval",

@@ -2,18 +2,15 @@ package tokenwirereceiver
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"math/rand/v2"
-	"strconv"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/internal/histogram"
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
@@ -36,6 +33,8 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		Coalesce:        r.cfg.Streams.Coalesce,
 		FlushInterval:   r.cfg.Streams.FlushInterval,
 		GapBounds:       stream.DefaultGapBounds,
+
+		RequestCaptureBytes: uint32(r.cfg.Streams.RequestCapture),
 	})
 	if err != nil {
 		return err
@@ -69,6 +68,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		SeriesExpiry: r.cfg.Streams.SeriesExpiry,
 		Pids:         pids,
 		ProcessNames: r.cfg.Streams.ProcessNames,
+		Providers:    r.cfg.Streams.providers(),
 		Spans:        r.cfg.Streams.Spans,
 		OnSkip:       func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
 		OnEvict:      func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) },
@@ -136,28 +136,106 @@ func (r *tokenwireReceiver) recordStreams(now pcommon.Timestamp) []func(pmetric.
 		}
 		for _, s := range series {
 			k := s.Key
-			r.mb.RecordTokenwireStreamChunksDataPoint(now, s.Chunks, int64(k.Port), k.Method, k.Route, k.Model, modeAttr(k.Mode))
-			r.mb.RecordTokenwireStreamBytesDataPoint(now, s.Bytes, int64(k.Port), k.Method, k.Route, k.Model, modeAttr(k.Mode))
+			opts := sumOptions(k)
+			r.mb.RecordTokenwireStreamChunksDataPoint(now, s.Chunks, int64(k.Port), k.Method, k.Route, modeAttr(k.Mode), opts...)
+			r.mb.RecordTokenwireStreamBytesDataPoint(now, s.Bytes, int64(k.Port), k.Method, k.Route, modeAttr(k.Mode), opts...)
 		}
 		r.mb.EmitForResource(metadata.WithResource(res))
-		adds = append(adds, func(md pmetric.Metrics) {
-			ms := r.scopeOf(md, res).Metrics()
-			for _, def := range []*histogramDef{&ttftDef, &requestDurationDef, &chunkIntervalDef} {
-				points := newHistogramPoints(ms, def, r.startTime, now)
-				for _, s := range series {
-					if attrs, ok := points.add(streamHistogram(&s.Series, def)); ok {
-						attrs.PutInt("server.port", int64(s.Key.Port))
-						attrs.PutStr("http.request.method", s.Key.Method)
-						attrs.PutStr("http.route", s.Key.Route)
-						attrs.PutStr("gen_ai.request.model", s.Key.Model)
-						attrs.PutStr("tokenwire.stream.mode", s.Key.Mode.String())
-					}
-				}
-			}
-		})
+		adds = append(adds, func(md pmetric.Metrics) { addStreamHistograms(r.scopeOf(md, res).Metrics(), series, r.startTime, now) })
 		i = j
 	}
 	return adds
+}
+
+// addStreamHistograms appends the stream histograms of series (one
+// process's) to ms: a point per series, and per error type of
+// request.duration and token type of token usage.
+func addStreamHistograms(ms pmetric.MetricSlice, series []streamagg.SeriesSnapshot, start, now pcommon.Timestamp) {
+	for _, def := range []*histogramDef{&ttftDef, &requestDurationDef, &chunkIntervalDef, &timePerOutputTokenDef} {
+		points := newHistogramPoints(ms, def, start, now)
+		for _, s := range series {
+			if attrs, ok := points.add(streamHistogram(&s.Series, def)); ok {
+				putStreamAttrs(attrs, s.Key)
+			}
+			if def != &requestDurationDef {
+				continue
+			}
+			for _, e := range s.Errors {
+				if attrs, ok := points.add(e.Duration); ok {
+					putStreamAttrs(attrs, s.Key)
+					attrs.PutStr(genai.AttrErrorType, e.Type)
+				}
+			}
+		}
+	}
+	tokens := newHistogramPoints(ms, &tokenUsageDef, start, now)
+	for _, s := range series {
+		for _, t := range []struct {
+			h   *histogram.Histogram
+			typ string
+		}{{s.InputTokens, genai.TokenTypeInput}, {s.OutputTokens, genai.TokenTypeOutput}} {
+			if attrs, ok := tokens.add(t.h); ok {
+				putStreamAttrs(attrs, s.Key)
+				attrs.PutStr(genai.AttrTokenType, t.typ)
+			}
+		}
+	}
+}
+
+// putStreamAttrs sets a stream series' attributes on a histogram point,
+// as sumOptions does on the sums: the GenAI ones only when known.
+func putStreamAttrs(attrs pcommon.Map, k streamagg.SeriesKey) {
+	attrs.PutInt(genai.AttrServerPort, int64(k.Port))
+	attrs.PutStr(genai.AttrHTTPRequestMethod, k.Method)
+	attrs.PutStr(genai.AttrHTTPRoute, k.Route)
+	attrs.PutStr(attrStreamMode, k.Mode.String())
+	for _, kv := range [...]struct{ key, value string }{
+		{genai.AttrRequestModel, k.Model},
+		{genai.AttrOperationName, k.Operation},
+		{genai.AttrProviderName, k.Provider},
+		{genai.AttrResponseModel, k.ResponseModel},
+		{attrStreamFormat, formatAttr(k)},
+	} {
+		if kv.value != "" {
+			attrs.PutStr(kv.key, kv.value)
+		}
+	}
+}
+
+// sumOptions are a series' conditional attributes for the generated sums.
+func sumOptions(k streamagg.SeriesKey) []metadata.MetricAttributeOption {
+	var opts []metadata.MetricAttributeOption
+	if k.Model != "" {
+		opts = append(opts, metadata.WithGenAiRequestModelMetricAttribute(k.Model))
+	}
+	if k.Operation != "" {
+		opts = append(opts, metadata.WithGenAiOperationNameMetricAttribute(k.Operation))
+	}
+	if k.Provider != "" {
+		opts = append(opts, metadata.WithGenAiProviderNameMetricAttribute(k.Provider))
+	}
+	if k.ResponseModel != "" {
+		opts = append(opts, metadata.WithGenAiResponseModelMetricAttribute(k.ResponseModel))
+	}
+	if f := formatAttr(k); f != "" {
+		opts = append(opts, metadata.WithTokenwireStreamFormatMetricAttribute(f))
+	}
+	return opts
+}
+
+// Attribute keys of tokenwire's own namespace on stream metrics and spans.
+const (
+	attrStreamMode   = "tokenwire.stream.mode"
+	attrStreamFormat = "tokenwire.stream.format"
+)
+
+// formatAttr is tokenwire.stream.format for a series: its wire format in
+// http mode; nothing in opaque mode, where no body is read.
+func formatAttr(k streamagg.SeriesKey) string {
+	if k.Mode != streamagg.ModeHTTP {
+		return ""
+	}
+	return k.Format.String()
 }
 
 // streamHistogram is the histogram of s that def describes.
@@ -167,6 +245,8 @@ func streamHistogram(s *streamagg.Series, def *histogramDef) *histogram.Histogra
 		return s.Duration
 	case &chunkIntervalDef:
 		return s.Interval
+	case &timePerOutputTokenDef:
+		return s.TPOT
 	}
 	return s.TTFT
 }
@@ -195,92 +275,4 @@ func (r *tokenwireReceiver) processResource(p procinfo.Process) pcommon.Resource
 		rb.SetContainerID(p.ContainerID)
 	}
 	return rb.Emit()
-}
-
-// traceData turns span records into one SERVER span each, under their
-// process's resource, joining the caller's trace when the request carried
-// a traceparent.
-func (r *tokenwireReceiver) traceData(spans []streamagg.Span) ptrace.Traces {
-	td := ptrace.NewTraces()
-	byProcess := map[procinfo.Process]ptrace.SpanSlice{}
-	for i := range spans {
-		s := &spans[i]
-		out, ok := byProcess[s.Process]
-		if !ok {
-			rs := td.ResourceSpans().AppendEmpty()
-			r.processResource(s.Process).MoveTo(rs.Resource())
-			ss := rs.ScopeSpans().AppendEmpty()
-			ss.Scope().SetName(metadata.ScopeName)
-			ss.Scope().SetVersion(r.set.BuildInfo.Version)
-			out = ss.Spans()
-			byProcess[s.Process] = out
-		}
-		r.putSpan(out.AppendEmpty(), s)
-	}
-	return td
-}
-
-func (r *tokenwireReceiver) wallTime(ns uint64) pcommon.Timestamp {
-	return pcommon.Timestamp(int64(ns) + r.wall)
-}
-
-func (r *tokenwireReceiver) putSpan(sp ptrace.Span, s *streamagg.Span) {
-	var id [8]byte
-	binary.LittleEndian.PutUint64(id[:], rand.Uint64()|1)
-	sp.SetSpanID(id)
-	switch tp := s.TraceParent; {
-	case tp.Valid && r.cfg.Streams.TraceParent == TraceParentParent:
-		sp.SetTraceID(tp.TraceID)
-		sp.SetParentSpanID(tp.SpanID)
-	default:
-		var tid [16]byte
-		binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
-		binary.LittleEndian.PutUint64(tid[8:], rand.Uint64()|1)
-		sp.SetTraceID(tid)
-		if tp.Valid && r.cfg.Streams.TraceParent == TraceParentLink {
-			l := sp.Links().AppendEmpty()
-			l.SetTraceID(tp.TraceID)
-			l.SetSpanID(tp.SpanID)
-		}
-	}
-	sp.SetKind(ptrace.SpanKindServer)
-	if s.Method != "" {
-		sp.SetName(s.Method + " " + s.Route)
-	} else {
-		sp.SetName("stream " + strconv.Itoa(int(s.Port)))
-	}
-	sp.SetStartTimestamp(r.wallTime(s.Start))
-	sp.SetEndTimestamp(r.wallTime(s.End))
-	a := sp.Attributes()
-	a.EnsureCapacity(14) // the most a span gets: grown once, not per attribute
-	if s.Method != "" {
-		a.PutStr("http.request.method", s.Method)
-		a.PutStr("url.path", s.Path)
-		a.PutStr("http.route", s.Route)
-	}
-	if s.IsHTTP {
-		a.PutInt("http.response.status_code", int64(s.Status))
-		if s.Status >= 500 {
-			sp.Status().SetCode(ptrace.StatusCodeError)
-		}
-	}
-	if s.Model != "" {
-		a.PutStr("gen_ai.request.model", s.Model)
-	}
-	a.PutInt("server.port", int64(s.Port))
-	if s.Client.IsValid() {
-		a.PutStr("client.address", s.Client.Addr().Unmap().String())
-		a.PutInt("client.port", int64(s.Client.Port()))
-	}
-	a.PutStr("tokenwire.stream.mode", s.Mode.String())
-	a.PutStr("tokenwire.stream.end_reason", s.EndReason.String())
-	a.PutInt("tokenwire.stream.chunks", s.Chunks)
-	a.PutInt("tokenwire.stream.bytes", s.Bytes)
-	if s.FirstChunk != 0 {
-		a.PutDouble("gen_ai.response.time_to_first_chunk", float64(s.FirstChunk-s.Start)/1e9)
-		ev := sp.Events().AppendEmpty()
-		ev.SetName("first_chunk")
-		ev.SetTimestamp(r.wallTime(s.FirstChunk))
-	}
-	a.PutDouble("tokenwire.stream.chunk.interval.max", float64(s.GapMax)/1e9)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/streamagg"
 	"github.com/tokenwire/tokenwire/internal/streamagg/streamaggtest"
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
 
@@ -55,18 +56,32 @@ func translator(t *testing.T) *tokenwireReceiver {
 // files (go test -run TestTranslationGolden -update-golden rewrites them).
 func TestTranslationGolden(t *testing.T) {
 	r := translator(t)
-	first := "17\r\ndata: {\"t\":\"hello\"}\n\n\r\n"
+	// vLLM's chat stream, its head written with the first event; the
+	// kernel sends the usage chunk's end as a tail.
+	first := llmwire.Chunked(llmwire.VLLMChatFirst)
+	usage := llmwire.Chunked(llmwire.VLLMChatUsage)
 	traceparent := "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+	chat := `{"messages":[{"role":"user","content":"hi"}],"model":"` + llmwire.VLLMChatModel + `","stream":true}`
+	// Ollama's /api/generate: the head with the first line, then the
+	// final line (its first body write) whose end holds the usage.
+	ollamaFinal := llmwire.Chunked(llmwire.OllamaGenFinal)
+	ollamaHead := llmwire.OllamaHead + llmwire.Chunked(llmwire.OllamaGenFirst)
+	tgiRequest := "POST /generate_stream HTTP/1.1\r\n\r\n{\"inputs\":\"hi\",\"parameters\":{\"details\":true}}"
 	for _, s := range []streamaggtest.Stream{
-		{Seq: 1, Request: "POST /v1/chat/completions HTTP/1.1\r\n" + traceparent + "\r\n{\"model\":\"llama-3-8b\"}",
-			Head: streamaggtest.SSEHead + first, HeadBytes: uint32(len(streamaggtest.SSEHead) + len(first)), HeadAt: 80,
-			ChunkAt: []uint64{100, 120, 140}, ChunkBytes: 30},
-		{Seq: 2, Request: "POST /api/generate HTTP/1.1\r\n\r\n{\"model\":\"qwen\"}", Head: streamaggtest.SSEHead,
-			HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 2, ChunkAt: []uint64{300, 302, 330, 900}, ChunkBytes: 12},
+		{Seq: 1, Request: "POST /v1/chat/completions HTTP/1.1\r\n" + traceparent + "\r\n" + chat,
+			Head: llmwire.UvicornHead + first, HeadBytes: uint32(len(llmwire.UvicornHead) + len(first)), HeadAt: 80,
+			ChunkAt: []uint64{100, 120, 140}, ChunkBytes: 30, Tails: []string{streamaggtest.TailOf(usage)}},
+		{Seq: 2, Request: "POST /api/generate HTTP/1.1\r\n\r\n{\"model\":\"llama3.2\",\"prompt\":\"why\"}",
+			Head: ollamaHead, HeadBytes: uint32(len(ollamaHead)), HeadAt: 2, ChunkAt: []uint64{300, 302, 330, 900}, ChunkBytes: 12,
+			FirstBody: streamaggtest.FirstOf(ollamaFinal), Tails: []string{streamaggtest.TailOf(ollamaFinal)}},
 		{Seq: 4, Request: "POST /v1/threads/4242/runs HTTP/1.1\r\n\r\n{\"model\":\"qwen\"}", Head: streamaggtest.SSEHead,
-			HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 3, ChunkAt: []uint64{50, 60}, ChunkBytes: 9},
+			HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 3, ChunkAt: []uint64{50, 60}, ChunkBytes: 9,
+			FirstBody: "13\r\nevent: thread.run\n\n\r\n"},
 		{Seq: 3, Request: "\x16\x03\x01\x02\x00", Head: "\x17\x03\x03\x00\x20", HeadBytes: 25, HeadAt: 5,
 			ChunkAt: []uint64{5, 40}, ChunkBytes: 25},
+		{Seq: 5, Request: tgiRequest, Head: llmwire.TGIHead, HeadBytes: uint32(len(llmwire.TGIHead)), HeadAt: 1,
+			ChunkAt: []uint64{20, 40}, ChunkBytes: 100, FirstBody: llmwire.Chunked(llmwire.TGIFirst),
+			Tails: []string{llmwire.Chunked(llmwire.TGIError)}},
 	} {
 		s.PID = goldenPID
 		recs := s.Records(streamagg.IntervalBounds)

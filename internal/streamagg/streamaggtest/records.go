@@ -98,3 +98,11 @@ func (s Stream) Records(intervalBounds []float64) []stream.Record {
 	}
 	return append(recs, stream.Record{Kind: stream.KindEnd, ID: id, Reason: stream.EndTerminator, Stats: st})
 }
+
+// FirstOf is what a BODY record with BodyFirst carries of a write: its
+// first stream.PeekMax bytes.
+func FirstOf(write string) string { return write[:min(len(write), stream.PeekMax)] }
+
+// TailOf is what a BODY record with BodyTail carries of a write: its last
+// stream.PeekMax bytes.
+func TailOf(write string) string { return write[max(0, len(write)-stream.PeekMax):] }

@@ -13,11 +13,15 @@ import (
 type TokenwireStreamBytesMetricAttributeKey string
 
 const (
-	TokenwireStreamBytesMetricAttributeKeyServerPort          TokenwireStreamBytesMetricAttributeKey = "server.port"
-	TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod   TokenwireStreamBytesMetricAttributeKey = "http.request.method"
-	TokenwireStreamBytesMetricAttributeKeyHTTPRoute           TokenwireStreamBytesMetricAttributeKey = "http.route"
-	TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel   TokenwireStreamBytesMetricAttributeKey = "gen_ai.request.model"
-	TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode TokenwireStreamBytesMetricAttributeKey = "tokenwire.stream.mode"
+	TokenwireStreamBytesMetricAttributeKeyServerPort            TokenwireStreamBytesMetricAttributeKey = "server.port"
+	TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod     TokenwireStreamBytesMetricAttributeKey = "http.request.method"
+	TokenwireStreamBytesMetricAttributeKeyHTTPRoute             TokenwireStreamBytesMetricAttributeKey = "http.route"
+	TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel     TokenwireStreamBytesMetricAttributeKey = "gen_ai.request.model"
+	TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode   TokenwireStreamBytesMetricAttributeKey = "tokenwire.stream.mode"
+	TokenwireStreamBytesMetricAttributeKeyGenAiOperationName    TokenwireStreamBytesMetricAttributeKey = "gen_ai.operation.name"
+	TokenwireStreamBytesMetricAttributeKeyGenAiProviderName     TokenwireStreamBytesMetricAttributeKey = "gen_ai.provider.name"
+	TokenwireStreamBytesMetricAttributeKeyGenAiResponseModel    TokenwireStreamBytesMetricAttributeKey = "gen_ai.response.model"
+	TokenwireStreamBytesMetricAttributeKeyTokenwireStreamFormat TokenwireStreamBytesMetricAttributeKey = "tokenwire.stream.format"
 )
 
 // TokenwireStreamBytesMetricConfig provides config for the tokenwire.stream.bytes metric.
@@ -46,9 +50,9 @@ func (ms *TokenwireStreamBytesMetricConfig) Unmarshal(parser *confmap.Conf) erro
 func (ms *TokenwireStreamBytesMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode:
+		case TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode, TokenwireStreamBytesMetricAttributeKeyGenAiOperationName, TokenwireStreamBytesMetricAttributeKeyGenAiProviderName, TokenwireStreamBytesMetricAttributeKeyGenAiResponseModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamFormat:
 		default:
-			return fmt.Errorf("metric tokenwire.stream.bytes doesn't have an attribute %v, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode]", val)
+			return fmt.Errorf("metric tokenwire.stream.bytes doesn't have an attribute %v, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode, gen_ai.operation.name, gen_ai.provider.name, gen_ai.response.model, tokenwire.stream.format]", val)
 		}
 	}
 
@@ -65,11 +69,15 @@ func (ms *TokenwireStreamBytesMetricConfig) Validate() error {
 type TokenwireStreamChunksMetricAttributeKey string
 
 const (
-	TokenwireStreamChunksMetricAttributeKeyServerPort          TokenwireStreamChunksMetricAttributeKey = "server.port"
-	TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod   TokenwireStreamChunksMetricAttributeKey = "http.request.method"
-	TokenwireStreamChunksMetricAttributeKeyHTTPRoute           TokenwireStreamChunksMetricAttributeKey = "http.route"
-	TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel   TokenwireStreamChunksMetricAttributeKey = "gen_ai.request.model"
-	TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode TokenwireStreamChunksMetricAttributeKey = "tokenwire.stream.mode"
+	TokenwireStreamChunksMetricAttributeKeyServerPort            TokenwireStreamChunksMetricAttributeKey = "server.port"
+	TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod     TokenwireStreamChunksMetricAttributeKey = "http.request.method"
+	TokenwireStreamChunksMetricAttributeKeyHTTPRoute             TokenwireStreamChunksMetricAttributeKey = "http.route"
+	TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel     TokenwireStreamChunksMetricAttributeKey = "gen_ai.request.model"
+	TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode   TokenwireStreamChunksMetricAttributeKey = "tokenwire.stream.mode"
+	TokenwireStreamChunksMetricAttributeKeyGenAiOperationName    TokenwireStreamChunksMetricAttributeKey = "gen_ai.operation.name"
+	TokenwireStreamChunksMetricAttributeKeyGenAiProviderName     TokenwireStreamChunksMetricAttributeKey = "gen_ai.provider.name"
+	TokenwireStreamChunksMetricAttributeKeyGenAiResponseModel    TokenwireStreamChunksMetricAttributeKey = "gen_ai.response.model"
+	TokenwireStreamChunksMetricAttributeKeyTokenwireStreamFormat TokenwireStreamChunksMetricAttributeKey = "tokenwire.stream.format"
 )
 
 // TokenwireStreamChunksMetricConfig provides config for the tokenwire.stream.chunks metric.
@@ -98,9 +106,9 @@ func (ms *TokenwireStreamChunksMetricConfig) Unmarshal(parser *confmap.Conf) err
 func (ms *TokenwireStreamChunksMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode:
+		case TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode, TokenwireStreamChunksMetricAttributeKeyGenAiOperationName, TokenwireStreamChunksMetricAttributeKeyGenAiProviderName, TokenwireStreamChunksMetricAttributeKeyGenAiResponseModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamFormat:
 		default:
-			return fmt.Errorf("metric tokenwire.stream.chunks doesn't have an attribute %v, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode]", val)
+			return fmt.Errorf("metric tokenwire.stream.chunks doesn't have an attribute %v, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode, gen_ai.operation.name, gen_ai.provider.name, gen_ai.response.model, tokenwire.stream.format]", val)
 		}
 	}
 
@@ -278,12 +286,12 @@ func DefaultMetricsConfig() MetricsConfig {
 		TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+			EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode, TokenwireStreamBytesMetricAttributeKeyGenAiOperationName, TokenwireStreamBytesMetricAttributeKeyGenAiProviderName, TokenwireStreamBytesMetricAttributeKeyGenAiResponseModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamFormat},
 		},
 		TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+			EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode, TokenwireStreamChunksMetricAttributeKeyGenAiOperationName, TokenwireStreamChunksMetricAttributeKeyGenAiProviderName, TokenwireStreamChunksMetricAttributeKeyGenAiResponseModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamFormat},
 		},
 		TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 			Enabled:             true,

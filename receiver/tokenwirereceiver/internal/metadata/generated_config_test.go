@@ -29,12 +29,12 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+						EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode, TokenwireStreamBytesMetricAttributeKeyGenAiOperationName, TokenwireStreamBytesMetricAttributeKeyGenAiProviderName, TokenwireStreamBytesMetricAttributeKeyGenAiResponseModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamFormat},
 					},
 					TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+						EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode, TokenwireStreamChunksMetricAttributeKeyGenAiOperationName, TokenwireStreamChunksMetricAttributeKeyGenAiProviderName, TokenwireStreamChunksMetricAttributeKeyGenAiResponseModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamFormat},
 					},
 					TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 						Enabled:             true,
@@ -67,12 +67,12 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					TokenwireStreamBytes: TokenwireStreamBytesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode},
+						EnabledAttributes:   []TokenwireStreamBytesMetricAttributeKey{TokenwireStreamBytesMetricAttributeKeyServerPort, TokenwireStreamBytesMetricAttributeKeyHTTPRequestMethod, TokenwireStreamBytesMetricAttributeKeyHTTPRoute, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode, TokenwireStreamBytesMetricAttributeKeyGenAiOperationName, TokenwireStreamBytesMetricAttributeKeyGenAiProviderName, TokenwireStreamBytesMetricAttributeKeyGenAiResponseModel, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamFormat},
 					},
 					TokenwireStreamChunks: TokenwireStreamChunksMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode},
+						EnabledAttributes:   []TokenwireStreamChunksMetricAttributeKey{TokenwireStreamChunksMetricAttributeKeyServerPort, TokenwireStreamChunksMetricAttributeKeyHTTPRequestMethod, TokenwireStreamChunksMetricAttributeKeyHTTPRoute, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode, TokenwireStreamChunksMetricAttributeKeyGenAiOperationName, TokenwireStreamChunksMetricAttributeKeyGenAiProviderName, TokenwireStreamChunksMetricAttributeKeyGenAiResponseModel, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamFormat},
 					},
 					TokenwireTCPHandshakeFailures: TokenwireTCPHandshakeFailuresMetricConfig{
 						Enabled:             false,
@@ -112,7 +112,7 @@ func TestTokenwireStreamBytesMetricsConfig_Validate(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	cfg.EnabledAttributes = []TokenwireStreamBytesMetricAttributeKey{"invalid"}
-	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.stream.bytes doesn't have an attribute invalid, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode]")
+	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.stream.bytes doesn't have an attribute invalid, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode, gen_ai.operation.name, gen_ai.provider.name, gen_ai.response.model, tokenwire.stream.format]")
 
 	cfg = DefaultMetricsConfig().TokenwireStreamBytes
 	cfg.AggregationStrategy = "invalid"
@@ -124,7 +124,7 @@ func TestTokenwireStreamChunksMetricsConfig_Validate(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	cfg.EnabledAttributes = []TokenwireStreamChunksMetricAttributeKey{"invalid"}
-	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.stream.chunks doesn't have an attribute invalid, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode]")
+	require.ErrorContains(t, cfg.Validate(), "metric tokenwire.stream.chunks doesn't have an attribute invalid, valid attributes: [server.port, http.request.method, http.route, gen_ai.request.model, tokenwire.stream.mode, gen_ai.operation.name, gen_ai.provider.name, gen_ai.response.model, tokenwire.stream.format]")
 
 	cfg = DefaultMetricsConfig().TokenwireStreamChunks
 	cfg.AggregationStrategy = "invalid"

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
-	conventions "go.opentelemetry.io/otel/semconv/v1.37.0"
+	conventions "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"slices"
 	"time"
 )
@@ -144,6 +144,52 @@ var MapAttributeNetworkType = map[string]AttributeNetworkType{
 	"ipv6": AttributeNetworkTypeIpv6,
 }
 
+// AttributeTokenwireStreamFormat specifies the value tokenwire.stream.format attribute.
+type AttributeTokenwireStreamFormat int
+
+const (
+	_ AttributeTokenwireStreamFormat = iota
+	AttributeTokenwireStreamFormatOpenai
+	AttributeTokenwireStreamFormatOpenaiResponses
+	AttributeTokenwireStreamFormatAnthropic
+	AttributeTokenwireStreamFormatOllama
+	AttributeTokenwireStreamFormatTgi
+	AttributeTokenwireStreamFormatLlamaCpp
+	AttributeTokenwireStreamFormatUnknown
+)
+
+// String returns the string representation of the AttributeTokenwireStreamFormat.
+func (av AttributeTokenwireStreamFormat) String() string {
+	switch av {
+	case AttributeTokenwireStreamFormatOpenai:
+		return "openai"
+	case AttributeTokenwireStreamFormatOpenaiResponses:
+		return "openai_responses"
+	case AttributeTokenwireStreamFormatAnthropic:
+		return "anthropic"
+	case AttributeTokenwireStreamFormatOllama:
+		return "ollama"
+	case AttributeTokenwireStreamFormatTgi:
+		return "tgi"
+	case AttributeTokenwireStreamFormatLlamaCpp:
+		return "llama_cpp"
+	case AttributeTokenwireStreamFormatUnknown:
+		return "unknown"
+	}
+	return ""
+}
+
+// MapAttributeTokenwireStreamFormat is a helper map of string to AttributeTokenwireStreamFormat attribute value.
+var MapAttributeTokenwireStreamFormat = map[string]AttributeTokenwireStreamFormat{
+	"openai":           AttributeTokenwireStreamFormatOpenai,
+	"openai_responses": AttributeTokenwireStreamFormatOpenaiResponses,
+	"anthropic":        AttributeTokenwireStreamFormatAnthropic,
+	"ollama":           AttributeTokenwireStreamFormatOllama,
+	"tgi":              AttributeTokenwireStreamFormatTgi,
+	"llama_cpp":        AttributeTokenwireStreamFormatLlamaCpp,
+	"unknown":          AttributeTokenwireStreamFormatUnknown,
+}
+
 // AttributeTokenwireStreamMode specifies the value tokenwire.stream.mode attribute.
 type AttributeTokenwireStreamMode int
 
@@ -233,11 +279,11 @@ var MapAttributeTokenwireXdpReason = map[string]AttributeTokenwireXdpReason{
 var MetricsInfo = metricsInfo{
 	TokenwireStreamBytes: metricInfo{
 		Name:       "tokenwire.stream.bytes",
-		Attributes: []string{"server.port", "http.request.method", "http.route", "gen_ai.request.model", "tokenwire.stream.mode"},
+		Attributes: []string{"server.port", "http.request.method", "http.route", "gen_ai.request.model", "tokenwire.stream.mode", "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.response.model", "tokenwire.stream.format"},
 	},
 	TokenwireStreamChunks: metricInfo{
 		Name:       "tokenwire.stream.chunks",
-		Attributes: []string{"server.port", "http.request.method", "http.route", "gen_ai.request.model", "tokenwire.stream.mode"},
+		Attributes: []string{"server.port", "http.request.method", "http.route", "gen_ai.request.model", "tokenwire.stream.mode", "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.response.model", "tokenwire.stream.format"},
 	},
 	TokenwireTCPHandshakeFailures: metricInfo{
 		Name:       "tokenwire.tcp.handshake.failures",
@@ -266,6 +312,46 @@ type metricInfo struct {
 	Attributes []string
 }
 
+type MetricAttributeOption interface {
+	apply(pmetric.NumberDataPoint)
+}
+
+type metricAttributeOptionFunc func(pmetric.NumberDataPoint)
+
+func (maof metricAttributeOptionFunc) apply(dp pmetric.NumberDataPoint) {
+	maof(dp)
+}
+
+func WithGenAiOperationNameMetricAttribute(genAiOperationNameAttributeValue string) MetricAttributeOption {
+	return metricAttributeOptionFunc(func(dp pmetric.NumberDataPoint) {
+		dp.Attributes().PutStr("gen_ai.operation.name", genAiOperationNameAttributeValue)
+	})
+}
+
+func WithGenAiProviderNameMetricAttribute(genAiProviderNameAttributeValue string) MetricAttributeOption {
+	return metricAttributeOptionFunc(func(dp pmetric.NumberDataPoint) {
+		dp.Attributes().PutStr("gen_ai.provider.name", genAiProviderNameAttributeValue)
+	})
+}
+
+func WithGenAiRequestModelMetricAttribute(genAiRequestModelAttributeValue string) MetricAttributeOption {
+	return metricAttributeOptionFunc(func(dp pmetric.NumberDataPoint) {
+		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
+	})
+}
+
+func WithGenAiResponseModelMetricAttribute(genAiResponseModelAttributeValue string) MetricAttributeOption {
+	return metricAttributeOptionFunc(func(dp pmetric.NumberDataPoint) {
+		dp.Attributes().PutStr("gen_ai.response.model", genAiResponseModelAttributeValue)
+	})
+}
+
+func WithTokenwireStreamFormatMetricAttribute(tokenwireStreamFormatAttributeValue string) MetricAttributeOption {
+	return metricAttributeOptionFunc(func(dp pmetric.NumberDataPoint) {
+		dp.Attributes().PutStr("tokenwire.stream.format", tokenwireStreamFormatAttributeValue)
+	})
+}
+
 type metricTokenwireStreamBytes struct {
 	data          pmetric.Metric                   // data buffer for generated metric.
 	config        TokenwireStreamBytesMetricConfig // metric config provided by user.
@@ -285,7 +371,7 @@ func (m *metricTokenwireStreamBytes) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
+func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, tokenwireStreamModeAttributeValue string, options ...MetricAttributeOption) {
 	if !m.config.Enabled {
 		return
 	}
@@ -302,11 +388,11 @@ func (m *metricTokenwireStreamBytes) recordDataPoint(start pcommon.Timestamp, ts
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyHTTPRoute) {
 		dp.Attributes().PutStr("http.route", httpRouteAttributeValue)
 	}
-	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyGenAiRequestModel) {
-		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
-	}
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamBytesMetricAttributeKeyTokenwireStreamMode) {
 		dp.Attributes().PutStr("tokenwire.stream.mode", tokenwireStreamModeAttributeValue)
+	}
+	for _, op := range options {
+		op.apply(dp)
 	}
 
 	var s string
@@ -388,7 +474,7 @@ func (m *metricTokenwireStreamChunks) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue string) {
+func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, tokenwireStreamModeAttributeValue string, options ...MetricAttributeOption) {
 	if !m.config.Enabled {
 		return
 	}
@@ -405,11 +491,11 @@ func (m *metricTokenwireStreamChunks) recordDataPoint(start pcommon.Timestamp, t
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyHTTPRoute) {
 		dp.Attributes().PutStr("http.route", httpRouteAttributeValue)
 	}
-	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyGenAiRequestModel) {
-		dp.Attributes().PutStr("gen_ai.request.model", genAiRequestModelAttributeValue)
-	}
 	if slices.Contains(m.config.EnabledAttributes, TokenwireStreamChunksMetricAttributeKeyTokenwireStreamMode) {
 		dp.Attributes().PutStr("tokenwire.stream.mode", tokenwireStreamModeAttributeValue)
+	}
+	for _, op := range options {
+		op.apply(dp)
 	}
 
 	var s string
@@ -945,13 +1031,13 @@ func (mb *MetricsBuilder) Emit(options ...ResourceMetricsOption) pmetric.Metrics
 }
 
 // RecordTokenwireStreamBytesDataPoint adds a data point to tokenwire.stream.bytes metric.
-func (mb *MetricsBuilder) RecordTokenwireStreamBytesDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
-	mb.metricTokenwireStreamBytes.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, httpRouteAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
+func (mb *MetricsBuilder) RecordTokenwireStreamBytesDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode, options ...MetricAttributeOption) {
+	mb.metricTokenwireStreamBytes.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, httpRouteAttributeValue, tokenwireStreamModeAttributeValue.String(), options...)
 }
 
 // RecordTokenwireStreamChunksDataPoint adds a data point to tokenwire.stream.chunks metric.
-func (mb *MetricsBuilder) RecordTokenwireStreamChunksDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, genAiRequestModelAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode) {
-	mb.metricTokenwireStreamChunks.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, httpRouteAttributeValue, genAiRequestModelAttributeValue, tokenwireStreamModeAttributeValue.String())
+func (mb *MetricsBuilder) RecordTokenwireStreamChunksDataPoint(ts pcommon.Timestamp, val int64, serverPortAttributeValue int64, httpRequestMethodAttributeValue string, httpRouteAttributeValue string, tokenwireStreamModeAttributeValue AttributeTokenwireStreamMode, options ...MetricAttributeOption) {
+	mb.metricTokenwireStreamChunks.recordDataPoint(mb.startTime, ts, val, serverPortAttributeValue, httpRequestMethodAttributeValue, httpRouteAttributeValue, tokenwireStreamModeAttributeValue.String(), options...)
 }
 
 // RecordTokenwireTCPHandshakeFailuresDataPoint adds a data point to tokenwire.tcp.handshake.failures metric.

@@ -82,15 +82,15 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
+			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
+				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", "gen_ai.request.model-val", AttributeTokenwireStreamModeHTTP)
+			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", "gen_ai.request.model-val-2", AttributeTokenwireStreamModeOpaque)
+				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -181,6 +181,18 @@ func TestMetricsBuilder(t *testing.T) {
 						tokenwireStreamModeAttrVal, ok := dp.Attributes().Get("tokenwire.stream.mode")
 						assert.True(t, ok)
 						assert.Equal(t, "http", tokenwireStreamModeAttrVal.Str())
+						genAiOperationNameAttrVal, ok := dp.Attributes().Get("gen_ai.operation.name")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.operation.name-val", genAiOperationNameAttrVal.Str())
+						genAiProviderNameAttrVal, ok := dp.Attributes().Get("gen_ai.provider.name")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.provider.name-val", genAiProviderNameAttrVal.Str())
+						genAiResponseModelAttrVal, ok := dp.Attributes().Get("gen_ai.response.model")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.response.model-val", genAiResponseModelAttrVal.Str())
+						tokenwireStreamFormatAttrVal, ok := dp.Attributes().Get("tokenwire.stream.format")
+						assert.True(t, ok)
+						assert.Equal(t, "openai", tokenwireStreamFormatAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["tokenwire.stream.bytes"], "Found a duplicate in the metrics slice: tokenwire.stream.bytes")
 						validatedMetrics["tokenwire.stream.bytes"] = true
@@ -209,8 +221,6 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("http.request.method")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("http.route")
-						assert.False(t, ok)
-						_, ok = dp.Attributes().Get("gen_ai.request.model")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("tokenwire.stream.mode")
 						assert.False(t, ok)
@@ -245,6 +255,18 @@ func TestMetricsBuilder(t *testing.T) {
 						tokenwireStreamModeAttrVal, ok := dp.Attributes().Get("tokenwire.stream.mode")
 						assert.True(t, ok)
 						assert.Equal(t, "http", tokenwireStreamModeAttrVal.Str())
+						genAiOperationNameAttrVal, ok := dp.Attributes().Get("gen_ai.operation.name")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.operation.name-val", genAiOperationNameAttrVal.Str())
+						genAiProviderNameAttrVal, ok := dp.Attributes().Get("gen_ai.provider.name")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.provider.name-val", genAiProviderNameAttrVal.Str())
+						genAiResponseModelAttrVal, ok := dp.Attributes().Get("gen_ai.response.model")
+						assert.True(t, ok)
+						assert.Equal(t, "gen_ai.response.model-val", genAiResponseModelAttrVal.Str())
+						tokenwireStreamFormatAttrVal, ok := dp.Attributes().Get("tokenwire.stream.format")
+						assert.True(t, ok)
+						assert.Equal(t, "openai", tokenwireStreamFormatAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["tokenwire.stream.chunks"], "Found a duplicate in the metrics slice: tokenwire.stream.chunks")
 						validatedMetrics["tokenwire.stream.chunks"] = true
@@ -273,8 +295,6 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("http.request.method")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("http.route")
-						assert.False(t, ok)
-						_, ok = dp.Attributes().Get("gen_ai.request.model")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("tokenwire.stream.mode")
 						assert.False(t, ok)

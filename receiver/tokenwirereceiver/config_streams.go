@@ -1,0 +1,181 @@
+package tokenwirereceiver
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/streamagg"
+)
+
+// Bounds of streams.request_capture_bytes. The kernel sends what it
+// captures through the ring buffer, request by request: a megabyte per
+// request is already more than a ring buffer of the default size holds.
+const (
+	DefaultRequestCaptureBytes = 64 << 10
+	MinRequestCaptureBytes     = 1 << 10
+	MaxRequestCaptureBytes     = 1 << 20
+)
+
+// StreamsConfig configures tracking of streamed responses (SSE, chunked
+// HTTP, or any protocol in opaque mode) on server sockets.
+type StreamsConfig struct {
+	// Enabled turns the stream probe on.
+	Enabled bool `mapstructure:"enabled"`
+	// Required makes Start fail when the stream probe cannot attach. When
+	// false (the default), the receiver logs why, reports
+	// otelcol_receiver_tokenwire_capability_up{capability="stream"} 0 and
+	// runs the other capabilities without it. Setting it while enabled is
+	// false is an error.
+	Required bool `mapstructure:"required"`
+	// Ports are the server ports whose connections are tracked.
+	Ports []int `mapstructure:"ports"`
+	// Pids, when set, reports only streams written by these processes.
+	Pids []int `mapstructure:"pids"`
+	// ProcessNames, when set, reports only streams written by processes
+	// with these executable names.
+	ProcessNames []string `mapstructure:"process_names"`
+	// MaxSockets bounds the kernel's per-socket state (LRU) and the
+	// receiver's table of open streams.
+	MaxSockets int `mapstructure:"max_sockets"`
+	// Coalesce joins writes closer together than this into one chunk (a
+	// server that writes an event's framing and data separately).
+	Coalesce time.Duration `mapstructure:"coalesce"`
+	// FlushInterval is the longest a long stream's chunk intervals wait in
+	// the kernel before they reach the metrics; at most collection_interval.
+	FlushInterval time.Duration `mapstructure:"flush_interval"`
+	// MaxPaths and MaxModels cap the distinct http.route and
+	// gen_ai.request.model values; the rest are reported as _other. A value
+	// not seen for SeriesExpiry gives its place to a new one.
+	MaxPaths  int `mapstructure:"max_paths"`
+	MaxModels int `mapstructure:"max_models"`
+	// Routes are route templates ("/v1/models/{model}:generate"): a path
+	// matching one is reported with it as http.route. Other paths get
+	// their numeric, UUID and long hex segments replaced by {id}.
+	Routes []string `mapstructure:"routes"`
+	// MaxSeries caps the stream metrics' attribute sets; streams of new
+	// ones beyond it are counted in an overflow series.
+	MaxSeries int `mapstructure:"max_series"`
+	// SeriesExpiry is how long the series of a process that exited are
+	// kept after their last stream.
+	SeriesExpiry time.Duration `mapstructure:"series_expiry"`
+	// Spans emits one span per streamed response to traces pipelines.
+	Spans bool `mapstructure:"spans"`
+	// TraceParent says what a request's W3C traceparent does to its
+	// span: parent (the span joins the caller's trace), link (the span
+	// starts a trace of its own and links to the caller's: for callers
+	// that are not trusted to choose the trace) or ignore.
+	TraceParent string `mapstructure:"traceparent"`
+	// IdleTimeout ends a stream that has written nothing for this long
+	// (end reason idle_timeout) and forgets its socket.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// RequestCapture is how many bytes of each request (head and body,
+	// however many reads the server takes) the kernel sends to the
+	// receiver, which finds the traceparent and the JSON body's "model"
+	// in them. Clients put "model" after the messages (the OpenAI SDKs
+	// do), so it must cover the prompts the servers get.
+	RequestCapture int `mapstructure:"request_capture_bytes"`
+	// Providers sets gen_ai.provider.name for the streams of a port, by
+	// port number ("8000": vllm). It wins over the provider a stream's
+	// wire format speaks for (openai for OpenAI-compatible servers such
+	// as vLLM, anthropic, ollama, huggingface.tgi, llama_cpp); without it
+	// a stream in no known format has no provider.
+	Providers map[string]string `mapstructure:"providers"`
+}
+
+func (s *StreamsConfig) validate(interval time.Duration) []error {
+	var errs []error
+	if s.Ports == nil {
+		errs = append(errs, errors.New("streams.ports: list at least one server port"))
+	}
+	errs = append(errs, validatePorts("streams.ports", s.Ports)...)
+	for i, p := range s.Pids {
+		if p < 1 {
+			errs = append(errs, fmt.Errorf("streams.pids[%d]: %d is not a process id", i, p))
+		}
+	}
+	for i, n := range s.ProcessNames {
+		if n == "" {
+			errs = append(errs, fmt.Errorf("streams.process_names[%d]: empty name", i))
+		}
+	}
+	if n := s.MaxSockets; n <= 0 || n > 1<<24 {
+		errs = append(errs, fmt.Errorf("streams.max_sockets: must be between 1 and %d, got %d", 1<<24, n))
+	}
+	if s.Coalesce < 0 || s.Coalesce > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("streams.coalesce: must be between 0 and 100ms, got %v", s.Coalesce))
+	}
+	if s.FlushInterval <= 0 || (interval > 0 && s.FlushInterval > interval) {
+		errs = append(errs, fmt.Errorf("streams.flush_interval: must be positive and at most collection_interval (%v), got %v", interval, s.FlushInterval))
+	}
+	if s.IdleTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("streams.idle_timeout: must be at least 1s, got %v", s.IdleTimeout))
+	}
+	if err := streamagg.ValidateRoutes(s.Routes); err != nil {
+		errs = append(errs, fmt.Errorf("streams.routes: %w", err))
+	}
+	switch s.TraceParent {
+	case TraceParentParent, TraceParentLink, TraceParentIgnore:
+	default:
+		errs = append(errs, fmt.Errorf("streams.traceparent: %q is not one of parent, link, ignore", s.TraceParent))
+	}
+	if s.MaxSeries < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_series: must be at least 1, got %d", s.MaxSeries))
+	}
+	if s.SeriesExpiry < time.Minute {
+		errs = append(errs, fmt.Errorf("streams.series_expiry: must be at least 1m, got %v", s.SeriesExpiry))
+	}
+	if s.MaxPaths < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_paths: must be at least 1, got %d", s.MaxPaths))
+	}
+	if s.MaxModels < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_models: must be at least 1, got %d", s.MaxModels))
+	}
+	if s.RequestCapture < MinRequestCaptureBytes || s.RequestCapture > MaxRequestCaptureBytes {
+		errs = append(errs, fmt.Errorf("streams.request_capture_bytes: must be between %d and %d, got %d",
+			MinRequestCaptureBytes, MaxRequestCaptureBytes, s.RequestCapture))
+	}
+	return append(errs, s.validateProviders()...)
+}
+
+// validateProviders checks streams.providers: each key a watched port,
+// each value a provider name as the conventions spell them (lower case
+// words joined by '.' or '_': "vllm", "huggingface.tgi", "aws.bedrock").
+func (s *StreamsConfig) validateProviders() []error {
+	var errs []error
+	watched := map[int]bool{}
+	for _, p := range s.Ports {
+		watched[p] = true
+	}
+	for _, key := range slices.Sorted(maps.Keys(s.Providers)) {
+		port, err := strconv.Atoi(key)
+		switch {
+		case err != nil || port < 1 || port > 65535:
+			errs = append(errs, fmt.Errorf("streams.providers: key %q is not a port (1-65535)", key))
+		case !watched[port]:
+			errs = append(errs, fmt.Errorf("streams.providers: port %d is not in streams.ports", port))
+		}
+		if v := s.Providers[key]; !providerName.MatchString(v) {
+			errs = append(errs, fmt.Errorf("streams.providers[%s]: %q is not a provider name (lower-case letters, digits, '_', words joined by '.', at most 64 characters)", key, v))
+		}
+	}
+	return errs
+}
+
+// providerName is what a gen_ai.provider.name value looks like: the
+// conventions' well-known values, and custom ones named the same way.
+var providerName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}(\.[a-z0-9_]{1,63})*$`)
+
+// providers converts a validated streams.providers.
+func (s *StreamsConfig) providers() map[uint16]string {
+	out := make(map[uint16]string, len(s.Providers))
+	for k, v := range s.Providers {
+		p, _ := strconv.Atoi(k)
+		out[uint16(p)] = v
+	}
+	return out
+}
