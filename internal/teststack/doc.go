@@ -4,11 +4,14 @@
 //   - Go servers: the net/http SSE handler ([SSEServer]), a raw
 //     close-delimited server ([ServeRaw]), a chunked server that writes
 //     through a chosen send syscall ([ChunkedServer]) and the slow client
-//     that makes its large writes partial ([SlowGet]);
+//     that makes its large writes partial ([SlowGet]), and a server that
+//     answers with given writes byte for byte ([WireServer]: another
+//     server's output, such as the LLM servers' in package llmwire);
 //   - the servers users run, as child processes: Python asyncio (uvicorn
 //     with starlette or FastAPI, Debian's packages) and Node (the http
-//     module or express from npm) ([StartPython], [StartNode]); each
-//     prints a JSON line per request with what it wrote;
+//     module or express from npm) ([StartStack]); each prints a JSON line
+//     per request with what it wrote; the Python ones can stream another
+//     server's events instead of their own ([Replay]);
 //   - clients: one that sends chat completions the way the official
 //     openai SDKs do ([SDKClient]), a curl runner ([Curl], [CurlWith])
 //     and a Node client ([NodeClient]);

@@ -27,6 +27,10 @@ type StackOptions struct {
 	// TLS, when set, serves HTTPS with this certificate (uvicorn's
 	// --ssl-certfile/--ssl-keyfile; Node's https module).
 	TLS *TLSCert
+	// Replay, on a Python stack, streams these events instead of the
+	// server's own (servers/replay_server.py): another server's bytes,
+	// handed to uvicorn as that server hands them.
+	Replay *Replay
 }
 
 // StackServer is a running Python or Node server (a child process).
@@ -90,6 +94,12 @@ func StartStack(s Stack, opts StackOptions) (*StackServer, error) {
 		env = append(env, "NODE_PATH="+modules)
 	}
 	src, _ := files.ReadFile(script)
+	if opts.Replay != nil {
+		if src, err = opts.Replay.setUp(s, dir, &env); err != nil {
+			return nil, srv.cleanup(err)
+		}
+		script = replayScript
+	}
 	path := filepath.Join(dir, filepath.Base(script))
 	if err := os.WriteFile(path, src, 0o644); err != nil {
 		return nil, srv.cleanup(err)

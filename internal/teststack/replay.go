@@ -1,0 +1,46 @@
+package teststack
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+const replayScript = "servers/replay_server.py"
+
+//go:embed servers/replay_server.py
+var replaySource []byte
+
+// Replay is what a Python stack streams for every POST when
+// StackOptions.Replay is set: events handed to the server one at a time
+// (each becomes one HTTP/1.1 chunk in one write), the first after Think,
+// the others Interval apart. Its reports count Events as events.
+type Replay struct {
+	// MediaType is the response's Content-Type (text/event-stream,
+	// application/x-ndjson).
+	MediaType       string
+	Events          []string
+	Think, Interval time.Duration
+}
+
+// setUp writes r where the server reads it and returns the server's
+// source.
+func (r *Replay) setUp(s Stack, dir string, env *[]string) ([]byte, error) {
+	if !s.python() {
+		return nil, fmt.Errorf("%s: replay runs on the Python stacks only", s)
+	}
+	b, err := json.Marshal(map[string]any{"media_type": r.MediaType, "events": r.Events,
+		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6})
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "replay.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return nil, err
+	}
+	*env = append(*env, "TW_REPLAY="+path)
+	return replaySource, nil
+}

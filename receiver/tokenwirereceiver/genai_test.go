@@ -1,0 +1,287 @@
+package tokenwirereceiver
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/genai"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
+)
+
+// Pauses of the servers: before the first body write, and between writes.
+const (
+	genaiThink    = 20 * time.Millisecond
+	genaiInterval = 5 * time.Millisecond
+)
+
+// TestGenAIFormatsThroughTheKernel streams every format, write for write
+// as its server writes it, through the real probes and the receiver, and
+// checks what each span and series says: model, response model, id,
+// tokens, finish reasons, operation, provider, and that the time per
+// output token is the stream's own timing divided by its tokens. vLLM's
+// chat stream goes through FastAPI on uvicorn (vLLM's own stack), on a
+// port whose provider is configured; the others through a WireServer.
+func TestGenAIFormatsThroughTheKernel(t *testing.T) {
+	bpftest.Require(t)
+	wire := &teststack.WireServer{ReadSize: 1024, Respond: func(r teststack.WireRequest) teststack.WireResponse {
+		_, q, _ := strings.Cut(r.Target, "?case=")
+		i, _ := strconv.Atoi(q)
+		return respond(wireCases()[i].writes)
+	}}
+	wirePort := teststack.ServeWire(t, wire)
+	py := teststack.ServeStack(t, teststack.StackFastAPI, teststack.StackOptions{Replay: &teststack.Replay{
+		MediaType: "text/event-stream", Events: vllmChatEvents, Think: genaiThink, Interval: genaiInterval}})
+
+	cfg := streamConfig(wirePort, 200*time.Millisecond)
+	cfg.Streams.Ports = []int{wirePort, py.Port}
+	cfg.Streams.Providers = map[string]string{strconv.Itoa(py.Port): "vllm"}
+	s := start(t, cfg)
+
+	type run struct {
+		c     genaiCase
+		port  int
+		span  ptrace.Span
+		first [2]uint64 // bounds of the first body write's kernel time
+		end   [2]uint64 // and of the write that ended the stream
+	}
+	var runs []run
+	traceID := "0af7651916cd43dd8448eb211c80319c"
+	for i, c := range wireCases() {
+		req, err := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d%s?case=%d", wirePort, c.path, i), strings.NewReader(c.body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if c.traceparent {
+			// The SDK's and a proxy's headers, 6 KiB of them, before the
+			// traceparent: it is read 1 KiB at a time too.
+			for k := range 150 {
+				req.Header.Set(fmt.Sprintf("X-Stainless-Pad-%03d", k), strings.Repeat("p", 24))
+			}
+			req.Header.Set("traceparent", "00-"+traceID+"-b7ad6b7169203331-01")
+		}
+		fetch(t, req)
+		written := wire.WaitWritten(i+1, 5*time.Second)
+		require.Len(t, written, i+1)
+		w := written[i]
+		f, e := bodyWrites(c.writes)
+		runs = append(runs, run{c: c, port: wirePort, first: [2]uint64{w.Before[f], w.After[f]}, end: [2]uint64{w.Before[e], w.After[e]}})
+		if c.traceparent {
+			require.GreaterOrEqual(t, w.Reads, 40, "the request was not read in pieces")
+		}
+	}
+	pyReq, err := http.NewRequest("POST", py.URL+"/v1/chat/completions",
+		strings.NewReader(sdkBody(llmwire.VLLMChatModel, "What is the capital of France?",
+			map[string]any{"stream": true, "stream_options": map[string]any{"include_usage": true}})))
+	require.NoError(t, err)
+	fetch(t, pyReq)
+	reps, err := py.Reports(1, 10*time.Second)
+	require.NoError(t, err)
+	// uvicorn writes event i after it is handed over and before the next
+	// one is; [DONE] (the end) after it is handed over and before the
+	// generator ends.
+	ev := reps[0].EventNS
+	pyWant := vllmChatWant
+	pyWant.provider = "vllm"
+	runs = append(runs, run{c: genaiCase{name: "vLLM chat on FastAPI/uvicorn", path: "/v1/chat/completions", want: pyWant},
+		port: py.Port, first: [2]uint64{ev[0], ev[1]}, end: [2]uint64{ev[len(ev)-1], reps[0].EndNS}})
+
+	require.Eventually(t, func() bool { return s.traces.SpanCount() == len(runs) }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // one more collection: the metrics of the last stream
+	s.shutdown()
+	spans := allSpans(s.traces.AllTraces())
+	require.Len(t, spans, len(runs))
+	for i := range runs {
+		runs[i].span = spans[i] // streams ended one after the other
+	}
+
+	md := lastEmission(s.metrics)
+	tpot := map[string]float64{}
+	tokens := map[string][2]int64{}
+	for _, r := range runs {
+		t.Run(r.c.name, func(t *testing.T) {
+			a := r.span.Attributes()
+			checkGenAISpan(t, a, r.port, r.c)
+			if r.c.traceparent {
+				require.Equal(t, traceID, r.span.TraceID().String(), "the traceparent after 6 KiB of headers")
+			}
+			// The stream's own timing: its first body write to its end,
+			// within what the server's clock saw around those writes.
+			ttfc, _ := a.Get(genai.AttrResponseTimeToFirstChunk)
+			dur := float64(r.span.EndTimestamp()-r.span.StartTimestamp()) / 1e9
+			gen := dur - ttfc.Double()
+			require.GreaterOrEqual(t, gen, float64(r.end[0]-r.first[1])/1e9-1e-9)
+			require.LessOrEqual(t, gen, float64(r.end[1]-r.first[0])/1e9+1e-9)
+			key := seriesOf(r.port, r.c)
+			if v, ok := genai.TimePerOutputToken(ttfc.Double(), dur, genai.Count{N: r.c.want.output, Known: r.c.want.output >= 0}); ok {
+				tpot[key] += v
+			}
+			if r.c.want.input >= 0 {
+				tk := tokens[key]
+				tokens[key] = [2]int64{tk[0] + r.c.want.input, tk[1] + r.c.want.output}
+			}
+		})
+	}
+	// Each series' time per output token is the sum of its streams', each
+	// (duration - time to first chunk) / (output tokens - 1) of its span.
+	got := map[string]float64{}
+	forEachPoint(md, genai.MetricServerTimePerOutputToken, func(a pcommon.Map, dp pmetric.HistogramDataPoint) {
+		got[seriesKeyOf(a)] += dp.Sum()
+	})
+	require.Len(t, tpot, 8, "the series whose streams reported at least 2 output tokens as final")
+	require.Len(t, got, len(tpot))
+	for k, v := range tpot {
+		require.InDelta(t, v, got[k], 1e-9, k)
+	}
+	gotTokens := map[string][2]int64{}
+	forEachPoint(md, genai.MetricServerTokenUsage, func(a pcommon.Map, dp pmetric.HistogramDataPoint) {
+		tk := gotTokens[seriesKeyOf(a)]
+		typ, _ := a.Get(genai.AttrTokenType)
+		tk[slices.Index([]string{genai.TokenTypeInput, genai.TokenTypeOutput}, typ.Str())] += int64(dp.Sum())
+		gotTokens[seriesKeyOf(a)] = tk
+	})
+	require.Equal(t, tokens, gotTokens)
+}
+
+// checkGenAISpan checks a span's GenAI attributes against c.want exactly:
+// present with the value, or absent.
+func checkGenAISpan(t *testing.T, a pcommon.Map, port int, c genaiCase) {
+	t.Helper()
+	w := c.want
+	for key, want := range map[string]string{
+		attrStreamFormat: w.format, genai.AttrProviderName: w.provider, genai.AttrOperationName: w.operation,
+		genai.AttrRequestModel: w.reqModel, genai.AttrResponseModel: w.respModel, genai.AttrResponseID: w.respID,
+		genai.AttrOpenAIAPIType: w.apiType, genai.AttrErrorType: w.errType, genai.AttrURLPath: c.path,
+	} {
+		v, ok := a.Get(key)
+		switch {
+		case want == "":
+			require.False(t, ok, "%s = %v, want none", key, a.AsRaw()[key])
+		case !ok:
+			require.Failf(t, "attribute missing", "%s, want %q", key, want)
+		default:
+			require.Equal(t, want, v.AsString(), key)
+		}
+	}
+	for key, want := range map[string]int64{genai.AttrUsageInputTokens: w.input, genai.AttrUsageOutputTokens: w.output} {
+		v, ok := a.Get(key)
+		switch {
+		case want < 0:
+			require.False(t, ok, "%s = %v, want none", key, a.AsRaw()[key])
+		case !ok:
+			require.Failf(t, "attribute missing", "%s, want %d", key, want)
+		default:
+			require.Equal(t, want, v.Int(), key)
+		}
+	}
+	var reasons []string
+	if v, ok := a.Get(genai.AttrResponseFinishReasons); ok {
+		for _, r := range v.Slice().AsRaw() {
+			reasons = append(reasons, r.(string))
+		}
+	}
+	require.Equal(t, w.reasons, reasons, "finish reasons")
+	require.EqualValues(t, port, a.AsRaw()[genai.AttrServerPort])
+	require.EqualValues(t, w.chunks, a.AsRaw()["tokenwire.stream.chunks"])
+}
+
+// respond writes a head written alone at once, and the first body write
+// (or the head with it) after the model's think time, the others an
+// interval apart.
+func respond(writes []string) teststack.WireResponse {
+	var r teststack.WireResponse
+	first, _ := bodyWrites(writes)
+	for i, w := range writes {
+		pause := genaiInterval
+		switch {
+		case i < first:
+			pause = 0
+		case i == first:
+			pause = genaiThink
+		}
+		r.Writes = append(r.Writes, teststack.WireWrite{After: pause, Data: w})
+	}
+	return r
+}
+
+// bodyWrites returns the index of a response's first body write (the head
+// write when it carried body bytes) and of the write that ends it: a
+// [DONE] event, else the last chunk.
+func bodyWrites(writes []string) (first, end int) {
+	if len(writes[0]) == strings.Index(writes[0], "\r\n\r\n")+4 {
+		first = 1
+	}
+	for i, w := range writes {
+		if i > 0 && (w == llmwire.LastChunk || strings.Contains(w, "[DONE]")) {
+			return first, i
+		}
+	}
+	return first, len(writes) - 1
+}
+
+// seriesOf and seriesKeyOf name a stream's series by what tells them apart
+// here: port, route and format.
+func seriesOf(port int, c genaiCase) string {
+	return fmt.Sprintf("%d %s %s", port, c.path, c.want.format)
+}
+
+func seriesKeyOf(a pcommon.Map) string {
+	port, _ := a.Get(genai.AttrServerPort)
+	route, _ := a.Get(genai.AttrHTTPRoute)
+	format, _ := a.Get(attrStreamFormat)
+	return fmt.Sprintf("%d %s %s", port.Int(), route.Str(), format.Str())
+}
+
+func forEachPoint(md pmetric.Metrics, name string, fn func(pcommon.Map, pmetric.HistogramDataPoint)) {
+	forEachMetric(md, name, func(m pmetric.Metric) {
+		for i := range m.Histogram().DataPoints().Len() {
+			dp := m.Histogram().DataPoints().At(i)
+			fn(dp.Attributes(), dp)
+		}
+	})
+}
+
+// allSpans returns the spans of every batch in the order they ended.
+func allSpans(tds []ptrace.Traces) []ptrace.Span {
+	var out []ptrace.Span
+	for _, td := range tds {
+		rs := td.ResourceSpans()
+		for i := range rs.Len() {
+			ss := rs.At(i).ScopeSpans()
+			for j := range ss.Len() {
+				for k := range ss.At(j).Spans().Len() {
+					out = append(out, ss.At(j).Spans().At(k))
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y ptrace.Span) int { return cmp.Compare(x.EndTimestamp(), y.EndTimestamp()) })
+	return out
+}
+
+// fetch sends req on a connection of its own and reads the response to
+// its end.
+func fetch(t *testing.T, req *http.Request) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, err = io.Copy(&b, resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode, b.String())
+}
