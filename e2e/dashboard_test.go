@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -98,4 +101,81 @@ func (c *promClient) rules() ([]ruleGroup, error) {
 		return nil, err
 	}
 	return d.Groups, nil
+}
+
+// checkDashboard runs every PromQL expression of the Grafana dashboard:
+// each must parse and return data for the test's workload (the XDP panels
+// too: the overlay config puts the filter on the test's veth).
+func checkDashboard(t *testing.T, prom *promClient, path string, window time.Duration) {
+	queries, err := dashboardQueries(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queries) < 10 {
+		t.Fatalf("%s: only %d queries found", path, len(queries))
+	}
+	for _, q := range queries {
+		expr, err := grafanaExpr(q.Expr, window)
+		if err != nil {
+			t.Errorf("panel %q %s: %v", q.Panel, q.RefID, err)
+			continue
+		}
+		res, err := prom.query(expr)
+		switch {
+		case err != nil:
+			t.Errorf("panel %q %s: %v\n  %s", q.Panel, q.RefID, err, expr)
+		case !hasData(res):
+			t.Errorf("panel %q %s: no data: %v\n  %s", q.Panel, q.RefID, res, expr)
+		default:
+			t.Logf("panel %q %s: %d series", q.Panel, q.RefID, len(res))
+		}
+	}
+}
+
+// checkRules checks the example alert rules with promtool and in the
+// running Prometheus: loaded, evaluated without error, none firing or
+// pending on a healthy collector.
+func checkRules(t *testing.T, prom *promClient, promBin, rulesFile string) {
+	promtool := filepath.Join(filepath.Dir(promBin), "promtool")
+	for _, args := range [][]string{
+		{"check", "rules", rulesFile},
+		{"check", "config", filepath.Join(filepath.Dir(rulesFile), "prometheus.yml")},
+	} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		groups, err := prom.rules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var problems, notYet []string
+		rules := 0
+		for _, g := range groups {
+			for _, r := range g.Rules {
+				rules++
+				switch {
+				case r.LastEvaluation.IsZero() || r.Health == "unknown":
+					notYet = append(notYet, r.Name)
+				case r.Health != "ok":
+					problems = append(problems, fmt.Sprintf("%s: health %s: %s", r.Name, r.Health, r.LastError))
+				case r.Type == "alerting" && r.State != "inactive":
+					problems = append(problems, fmt.Sprintf("%s: %s on a healthy collector", r.Name, r.State))
+				}
+			}
+		}
+		if rules == 0 {
+			t.Fatalf("Prometheus loaded no rules from %s", rulesFile)
+		}
+		if len(notYet) == 0 || time.Now().After(deadline) {
+			for _, p := range append(problems, notYet...) {
+				t.Error(p)
+			}
+			t.Logf("%d rules evaluated", rules)
+			return
+		}
+		time.Sleep(time.Second)
+	}
 }

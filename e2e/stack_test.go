@@ -8,16 +8,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
@@ -34,6 +29,9 @@ const (
 	warmStreams  = 2  // before the measured wave, so rate() has a baseline
 	mainStreams  = 20 // the measured wave, concurrent, each with a traceparent
 	plainReplies = 3  // non-streamed (Content-Length) responses: not streams
+
+	warmFailedStreams = 1 // streams that end in an error (failedServer)
+	failedStreams     = 2
 
 	warmConnects = 5  // handshakes before the measured wave
 	mainConnects = 50 // handshakes in the measured wave
@@ -95,10 +93,18 @@ func TestStack(t *testing.T) {
 	})
 	dir := t.TempDir()
 
+	// A model name unique to this run: every stream series the test
+	// checks carries it, so nothing else on the host can change them. The
+	// failing streams name another.
+	model := "e2e-" + randomHex(4)
+	byModel := selector("gen_ai_request_model", model)
+	failedModel := model + "-failed"
+
 	// The streaming server first: connections made before the probe is
 	// attached would be missed, none are made before.
-	server := newServer(think, interval, events)
-	httpServer, err := teststack.StartHTTP(fmt.Sprintf("127.0.0.1:%d", streamsPort), server)
+	server := newServer(think, interval, events, model)
+	failed := failedServer(think, interval, failedModel)
+	httpServer, err := teststack.StartHTTP(fmt.Sprintf("127.0.0.1:%d", streamsPort), workload(server, failed))
 	if err != nil {
 		t.Fatalf("streaming server: %v", err)
 	}
@@ -128,11 +134,6 @@ func TestStack(t *testing.T) {
 	prom.waitValue(t, `sum(up{job=~"tokenwire|tokenwire-self"})`, 2, 30*time.Second)
 	t.Logf("stack up after %s", time.Since(began).Round(time.Millisecond))
 
-	// A model name unique to this run: every stream series the test
-	// checks carries it, so nothing else on the host can change them.
-	model := "e2e-" + randomHex(4)
-	byModel := selector("gen_ai_request_model", model)
-
 	// Handshake targets: a listener that accepts and closes, and a port
 	// nothing listens on.
 	listener, lport := teststack.AcceptAndClose(t)
@@ -145,7 +146,12 @@ func TestStack(t *testing.T) {
 	if err != nil {
 		t.Fatalf("warm-up streams: %v", err)
 	}
-	checkClientSaw(t, warm)
+	checkClientSaw(t, warm, events)
+	warmFailed, err := chatMany(chatURL+"?fail=1", failedModel, warmFailedStreams, true, false)
+	if err != nil {
+		t.Fatalf("warm-up failing streams: %v", err)
+	}
+	checkClientSaw(t, warmFailed, failed.Events)
 	if err := connectN(listener.Addr().String(), warmConnects); err != nil {
 		t.Fatalf("warm-up connects: %v", err)
 	}
@@ -164,6 +170,8 @@ func TestStack(t *testing.T) {
 		wg                sync.WaitGroup
 		mainRes           []streamResult
 		mainErr, plainErr error
+		failedRes         []streamResult
+		failedErr         error
 		connErr, refErr   error
 		slowPort          int
 		slowDur           time.Duration
@@ -175,18 +183,20 @@ func TestStack(t *testing.T) {
 	)
 	wg.Go(func() { mainRes, mainErr = chatMany(chatURL, model, mainStreams, true, true) })
 	wg.Go(func() { plainRes, plainErr = chatMany(chatURL, model, plainReplies, false, false) })
+	wg.Go(func() { failedRes, failedErr = chatMany(chatURL+"?fail=1", failedModel, failedStreams, true, false) })
 	wg.Go(func() { connErr = connectN(listenerAddr, mainConnects) })
 	wg.Go(func() { refErr = connectRefused(refusedAddr, refused) })
 	wg.Go(func() { slowPort, slowDur, slowErr = slowHandshake() })
 	xl.send(t, xdpBlocked, xdpMalformed, xdpARP)
 	wg.Wait()
-	for what, err := range map[string]error{"streams": mainErr, "plain replies": plainErr,
+	for what, err := range map[string]error{"streams": mainErr, "plain replies": plainErr, "failing streams": failedErr,
 		"connects": connErr, "refused connects": refErr, "slow handshake": slowErr} {
 		if err != nil {
 			t.Fatalf("measured wave: %s: %v", what, err)
 		}
 	}
-	checkClientSaw(t, mainRes)
+	checkClientSaw(t, mainRes, events)
+	checkClientSaw(t, failedRes, failed.Events)
 	for _, r := range plainRes {
 		if r.Status != 200 {
 			t.Fatalf("plain reply: status %d", r.Status)
@@ -216,7 +226,10 @@ func TestStack(t *testing.T) {
 		checkStreams(t, prom, byModel, append(append([]streamResult{}, warm...), mainRes...), streamBytes(server), window)
 	})
 	t.Run("handshakes", func(t *testing.T) {
-		checkHandshakes(t, prom, lport, refusedPort, slowPort, slowDur, totalStreams+plainReplies)
+		checkHandshakes(t, prom, lport, refusedPort, slowPort, slowDur, totalStreams+plainReplies+warmFailedStreams+failedStreams)
+	})
+	t.Run("genai", func(t *testing.T) {
+		checkGenAI(t, prom, model, failedModel, append(append([]streamResult{}, warm...), mainRes...))
 	})
 	t.Run("xdp", func(t *testing.T) {
 		checkXDP(t, prom, xl.rootIf, xdpSel)
@@ -232,13 +245,14 @@ func TestStack(t *testing.T) {
 	})
 	t.Run("traces", func(t *testing.T) {
 		checkTraces(t, spansFile, model, warm, mainRes, streamBytes(server))
+		checkFailedSpans(t, spansFile, failedModel, warmFailedStreams+failedStreams)
 	})
 	t.Logf("e2e checks done after %s", time.Since(began).Round(time.Millisecond))
 }
 
 // checkClientSaw fails unless every stream delivered all its events and
 // [DONE] to the client: otherwise the workload, not tokenwire, is broken.
-func checkClientSaw(t *testing.T, rs []streamResult) {
+func checkClientSaw(t *testing.T, rs []streamResult, events int) {
 	t.Helper()
 	for i, r := range rs {
 		if r.Status != 200 || r.Events != events || !r.Done {
@@ -282,84 +296,6 @@ func value(t *testing.T, prom *promClient, expr string) float64 {
 		return math.NaN()
 	}
 	return v
-}
-
-func checkStreams(t *testing.T, prom *promClient, byModel string, clients []streamResult, bytesPerStream int, window time.Duration) {
-	n := float64(len(clients))
-	w := fmt.Sprintf("[%ds]", int(window.Seconds()))
-
-	// One series per metric, with the attributes of our requests.
-	series, err := prom.query("gen_ai_server_time_to_first_token_seconds_count" + byModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(series) != 1 {
-		t.Fatalf("TTFT series for our model: %d, want 1: %v", len(series), series)
-	}
-	for k, want := range map[string]string{
-		"server_port": strconv.Itoa(streamsPort), "http_request_method": "POST",
-		"http_route": chatPath, "tokenwire_stream_mode": "http", "job": "tokenwire",
-	} {
-		if got := series[0].Metric[k]; got != want {
-			t.Errorf("TTFT series label %s = %q, want %q", k, got, want)
-		}
-	}
-
-	// Counts are exact: one TTFT and one duration per stream, events
-	// chunks and events-1 intervals per stream, bytes as written. The plain
-	// (Content-Length) replies to the same model are not in any of them.
-	equal(t, "streams (TTFT count)", value(t, prom, "sum(gen_ai_server_time_to_first_token_seconds_count"+byModel+")"), n)
-	equal(t, "streams (duration count)", value(t, prom, "sum(gen_ai_server_request_duration_seconds_count"+byModel+")"), n)
-	chunks := value(t, prom, "sum(tokenwire_stream_chunks_total"+byModel+")")
-	equal(t, "chunks", chunks, n*events)
-	if chunks == n*(events+1) {
-		t.Errorf("chunks: one extra per stream: the chunk-framed `data: [DONE]` event (%q) was counted "+
-			"as a chunk; the README says it ends the stream and is not a chunk", teststack.ChunkFramed(teststack.DoneEvent))
-	}
-	equal(t, "chunk intervals", value(t, prom, "sum(tokenwire_stream_chunk_interval_seconds_count"+byModel+")"), n*(events-1))
-	equal(t, "body bytes", value(t, prom, "sum(tokenwire_stream_bytes_total"+byModel+")"), n*float64(bytesPerStream))
-
-	// Quantiles the way a user writes them: over increase() of the buckets
-	// in a window that covers the measured wave.
-	within(t, "TTFT p50 (histogram_quantile)", value(t, prom,
-		"histogram_quantile(0.5, sum by (le) (increase(gen_ai_server_time_to_first_token_seconds_bucket"+byModel+w+")))"),
-		ttftBucketLow, ttftBucketHigh)
-	within(t, "chunk interval p50 (histogram_quantile)", value(t, prom,
-		"histogram_quantile(0.5, sum by (le) (increase(tokenwire_stream_chunk_interval_seconds_bucket"+byModel+w+")))"),
-		gapBucketLow, gapBucketHigh)
-	// No TTFT is below the think time's bucket, no interval below 20 ms's.
-	equal(t, "TTFTs at most 0.1 s", value(t, prom,
-		`sum(gen_ai_server_time_to_first_token_seconds_bucket`+mergeSel(byModel, `le="0.1"`)+`)`), 0)
-	equal(t, "intervals at most 0.01 s", value(t, prom,
-		`sum(tokenwire_stream_chunk_interval_seconds_bucket`+mergeSel(byModel, `le="0.01"`)+`)`), 0)
-
-	// Means from _sum/_count are exact kernel timings: at least the
-	// server's sleeps, at most what the clients saw.
-	var clientTTFT, clientDur time.Duration
-	for _, c := range clients {
-		clientTTFT += c.TTFT
-		clientDur += c.Duration
-	}
-	clientTTFT /= time.Duration(len(clients))
-	clientDur /= time.Duration(len(clients))
-	ttft := value(t, prom,
-		"sum(gen_ai_server_time_to_first_token_seconds_sum"+byModel+") / sum(gen_ai_server_time_to_first_token_seconds_count"+byModel+")")
-	within(t, "TTFT mean (s) against the think time and the clients' mean", ttft, think.Seconds(), clientTTFT.Seconds())
-	// A stream ends with data: [DONE], one interval after the last event.
-	dur := value(t, prom,
-		"sum(gen_ai_server_request_duration_seconds_sum"+byModel+") / sum(gen_ai_server_request_duration_seconds_count"+byModel+")")
-	within(t, "stream duration mean (s) against the sleeps and the clients' mean", dur,
-		(think + events*interval).Seconds(), clientDur.Seconds())
-	// The intervals of a stream and its [DONE] gap fill the time from its
-	// first chunk to its end.
-	within(t, "chunk interval mean (s) against the sleeps and the other means", value(t, prom,
-		"sum(tokenwire_stream_chunk_interval_seconds_sum"+byModel+") / sum(tokenwire_stream_chunk_interval_seconds_count"+byModel+")"),
-		(interval - gapSlack).Seconds(), (dur-ttft-(interval-gapSlack).Seconds())/(events-1))
-}
-
-// mergeSel adds a matcher to a {..} selector.
-func mergeSel(sel, matcher string) string {
-	return strings.TrimSuffix(sel, "}") + "," + matcher + "}"
 }
 
 func checkHandshakes(t *testing.T, prom *promClient, lport, refusedPort, slowPort int, slowDur time.Duration, httpConns int) {
@@ -430,204 +366,4 @@ func checkSelfTelemetry(t *testing.T, prom *promClient) {
 	if s, err := prom.query("otelcol_receiver_tokenwire_stream_evictions"); err != nil || hasData(s) && s[0].Value != 0 {
 		t.Errorf("stream evictions: %v %v, want none", s, err)
 	}
-}
-
-// checkDashboard runs every PromQL expression of the Grafana dashboard:
-// each must parse and return data for the test's workload (the XDP panels
-// too: the overlay config puts the filter on the test's veth).
-func checkDashboard(t *testing.T, prom *promClient, path string, window time.Duration) {
-	queries, err := dashboardQueries(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(queries) < 10 {
-		t.Fatalf("%s: only %d queries found", path, len(queries))
-	}
-	for _, q := range queries {
-		expr, err := grafanaExpr(q.Expr, window)
-		if err != nil {
-			t.Errorf("panel %q %s: %v", q.Panel, q.RefID, err)
-			continue
-		}
-		res, err := prom.query(expr)
-		switch {
-		case err != nil:
-			t.Errorf("panel %q %s: %v\n  %s", q.Panel, q.RefID, err, expr)
-		case !hasData(res):
-			t.Errorf("panel %q %s: no data: %v\n  %s", q.Panel, q.RefID, res, expr)
-		default:
-			t.Logf("panel %q %s: %d series", q.Panel, q.RefID, len(res))
-		}
-	}
-}
-
-// checkRules checks the example alert rules with promtool and in the
-// running Prometheus: loaded, evaluated without error, none firing or
-// pending on a healthy collector.
-func checkRules(t *testing.T, prom *promClient, promBin, rulesFile string) {
-	promtool := filepath.Join(filepath.Dir(promBin), "promtool")
-	for _, args := range [][]string{
-		{"check", "rules", rulesFile},
-		{"check", "config", filepath.Join(filepath.Dir(rulesFile), "prometheus.yml")},
-	} {
-		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		groups, err := prom.rules()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var problems, notYet []string
-		rules := 0
-		for _, g := range groups {
-			for _, r := range g.Rules {
-				rules++
-				switch {
-				case r.LastEvaluation.IsZero() || r.Health == "unknown":
-					notYet = append(notYet, r.Name)
-				case r.Health != "ok":
-					problems = append(problems, fmt.Sprintf("%s: health %s: %s", r.Name, r.Health, r.LastError))
-				case r.Type == "alerting" && r.State != "inactive":
-					problems = append(problems, fmt.Sprintf("%s: %s on a healthy collector", r.Name, r.State))
-				}
-			}
-		}
-		if rules == 0 {
-			t.Fatalf("Prometheus loaded no rules from %s", rulesFile)
-		}
-		if len(notYet) == 0 || time.Now().After(deadline) {
-			for _, p := range append(problems, notYet...) {
-				t.Error(p)
-			}
-			t.Logf("%d rules evaluated", rules)
-			return
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-// checkTraces reads the spans the sink collector received over OTLP and
-// checks each stream's span: name, kind, attributes, timing, and the trace
-// context from the request's traceparent.
-func checkTraces(t *testing.T, spansFile, model string, warm, main []streamResult, bytesPerStream int) {
-	ours := func(s exportedSpan) bool { return attrStr(s.Span.Attributes(), "gen_ai.request.model") == model }
-	spans := waitSpans(t, spansFile, len(warm)+len(main), 30*time.Second, ours)
-
-	byTrace := map[pcommon.TraceID]streamResult{}
-	byPort := map[int64]streamResult{}
-	for _, r := range main {
-		byTrace[r.TP.TraceID] = r
-	}
-	for _, r := range append(append([]streamResult{}, warm...), main...) {
-		byPort[int64(r.LocalPort)] = r
-	}
-	exe, _ := os.Executable()
-	// One error per kind of problem, not one per span: 22 spans with the
-	// same wrong attribute are one finding.
-	problems := map[string][]string{}
-	var order []string
-	bad := func(span, format string, args ...any) {
-		p := fmt.Sprintf(format, args...)
-		if _, ok := problems[p]; !ok {
-			order = append(order, p)
-		}
-		problems[p] = append(problems[p], span)
-	}
-	defer func() {
-		for _, p := range order {
-			t.Errorf("%d of %d spans: %s (first: %s)", len(problems[p]), len(spans), p, problems[p][0])
-		}
-	}()
-	seenTrace := map[pcommon.TraceID]bool{}
-	roots := 0
-	for _, es := range spans {
-		sp, a := es.Span, es.Span.Attributes()
-		name := fmt.Sprintf("span %s (client port %d)", sp.SpanID(), attrInt(a, "client.port"))
-		if got, want := sp.Name(), "POST "+chatPath; got != want {
-			bad(name, "name %q, want %q", got, want)
-		}
-		if sp.Kind() != ptrace.SpanKindServer {
-			bad(name, "kind %s, want Server", sp.Kind())
-		}
-		for k, want := range map[string]string{
-			"http.request.method": "POST", "url.path": chatPath, "client.address": "127.0.0.1",
-			"tokenwire.stream.mode": "http", "tokenwire.stream.end_reason": "terminator",
-		} {
-			if got := attrStr(a, k); got != want {
-				bad(name, "%s = %q, want %q", k, got, want)
-			}
-		}
-		for k, want := range map[string]int64{
-			"http.response.status_code": 200, "server.port": streamsPort,
-			"tokenwire.stream.chunks": events, "tokenwire.stream.bytes": int64(bytesPerStream),
-		} {
-			if got := attrInt(a, k); got != want {
-				bad(name, "%s = %d, want %d", k, got, want)
-			}
-		}
-		// The client port ties the span to the request that made it.
-		req, ok := byPort[attrInt(a, "client.port")]
-		if !ok {
-			bad(name, "client.port matches no request of the test")
-			continue
-		}
-		ttfc := attrDouble(a, "gen_ai.response.time_to_first_chunk")
-		if ttfc < think.Seconds() || ttfc > req.TTFT.Seconds() {
-			bad(name, "gen_ai.response.time_to_first_chunk %v, want at least the think time %v and at most the client's %v",
-				ttfc, think.Seconds(), req.TTFT.Seconds())
-		}
-		dur := sp.EndTimestamp().AsTime().Sub(sp.StartTimestamp().AsTime())
-		if wantDur := think + events*interval; dur < wantDur || dur > req.Duration {
-			bad(name, "duration %s, want at least the sleeps' %s and at most the client's %s", dur, wantDur, req.Duration)
-		}
-		// The other intervals and the [DONE] gap are each at least an
-		// interval: what is left of the stream bounds the longest.
-		maxGap := dur.Seconds() - ttfc - (events-1)*(interval-gapSlack).Seconds()
-		if mx := attrDouble(a, "tokenwire.stream.chunk.interval.max"); mx < (interval-gapSlack).Seconds() || mx > maxGap {
-			bad(name, "tokenwire.stream.chunk.interval.max %v, want in [%v, %v]", mx, (interval - gapSlack).Seconds(), maxGap)
-		}
-		if ev := sp.Events(); ev.Len() != 1 || ev.At(0).Name() != "first_chunk" {
-			bad(name, "%d events, want one first_chunk", ev.Len())
-		} else if at := ev.At(0).Timestamp().AsTime().Sub(sp.StartTimestamp().AsTime()); math.Abs(at.Seconds()-ttfc) > 1e-6 {
-			bad(name, "first_chunk event %s after the start, time_to_first_chunk says %vs", at, ttfc)
-		}
-		// The resource is the process that wrote the stream: this test.
-		if got := es.Resource.AsRaw()["process.pid"]; got != int64(os.Getpid()) {
-			bad(name, "resource process.pid = %v, want %d (this test process)", got, os.Getpid())
-		}
-		if got, want := attrStr(es.Resource, "process.executable.name"), filepath.Base(exe); got != want {
-			bad(name, "resource process.executable.name = %q, want %q", got, want)
-		}
-		if req.TP == nil {
-			// No traceparent: a root span in a trace of its own.
-			roots++
-			if !sp.ParentSpanID().IsEmpty() || sp.TraceID().IsEmpty() {
-				bad(name, "request without traceparent: parent %s, trace %s; want a root span with a trace ID", sp.ParentSpanID(), sp.TraceID())
-			}
-			continue
-		}
-		if sp.TraceID() != pcommon.TraceID(req.TP.TraceID) {
-			bad(name, "trace ID %s, want %s from the request's traceparent", sp.TraceID(), pcommon.TraceID(req.TP.TraceID))
-		}
-		if sp.ParentSpanID() != pcommon.SpanID(req.TP.SpanID) {
-			bad(name, "parent span ID %s, want the caller's span %s", sp.ParentSpanID(), pcommon.SpanID(req.TP.SpanID))
-		}
-		if sp.SpanID().IsEmpty() || sp.SpanID() == pcommon.SpanID(req.TP.SpanID) {
-			bad(name, "span ID %s must be new (caller's %s)", sp.SpanID(), pcommon.SpanID(req.TP.SpanID))
-		}
-		if seenTrace[sp.TraceID()] {
-			bad(name, "a second span in trace %s", sp.TraceID())
-		}
-		seenTrace[sp.TraceID()] = true
-	}
-	if roots != len(warm) {
-		t.Errorf("%d root spans, want %d (the requests without traceparent)", roots, len(warm))
-	}
-	if len(seenTrace) != len(byTrace) {
-		t.Errorf("spans joined %d of the %d callers' traces", len(seenTrace), len(byTrace))
-	}
-	t.Logf("%d spans checked (%d joined callers' traces, %d roots)", len(spans), len(seenTrace), roots)
 }

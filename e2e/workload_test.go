@@ -23,19 +23,72 @@ import (
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
-// newServer is an OpenAI-style chat completions endpoint with known
-// timing: a streamed request (`"stream": true`) gets its response head at
-// once, then, after think, events SSE events (OpenAIEvent, the same length
-// each) interval apart (at least: sleeps are relative), then `data: [DONE]`
-// one interval later, flushed as its own chunk. A request with
-// `"stream": false` gets one JSON body with a Content-Length, which
-// tokenwire must not count as a stream. The head goes out before the
-// think time, as inference servers do: TTFT must then measure the first
-// event, not the head.
-func newServer(think, interval time.Duration, events int) *teststack.SSEServer {
+// newServer is an OpenAI-compatible chat completions endpoint with known
+// timing, streaming as vLLM does with stream_options.include_usage
+// (chatEvent): a streamed request (`"stream": true`) gets its response
+// head at once, then, after think, events SSE events interval apart (at
+// least: sleeps are relative), then `data: [DONE]` one interval later,
+// flushed as its own chunk. A request with `"stream": false` gets one JSON
+// body with a Content-Length, which tokenwire must not count as a stream.
+// The head goes out before the think time, as inference servers do: TTFT
+// must then measure the first event, not the head.
+func newServer(think, interval time.Duration, events int, model string) *teststack.SSEServer {
 	return &teststack.SSEServer{Think: think, Interval: interval, Events: events,
-		HeadersFirst: true, Done: teststack.DoneFlushed, Event: teststack.OpenAIEvent,
+		HeadersFirst: true, Done: teststack.DoneFlushed, Event: chatEvent(model),
 		Header: http.Header{"Cache-Control": {"no-cache"}}, PlainUnlessStreamed: true}
+}
+
+// Tokens of each stream, as its usage chunk reports them.
+const (
+	promptTokens = 12
+	outputTokens = events - 2 // one per token chunk
+)
+
+// chatEvent is the i-th event of a stream, in the shape of vLLM's chat
+// completion chunks (internal/teststack/llmwire has vLLM's own): token
+// chunks naming the model, a finish chunk as OpenAI's API writes it (its
+// reason last, so that the probe sends its end), then the usage chunk.
+func chatEvent(model string) func(int) string {
+	prefix := `data: {"id":"chatcmpl-e2e","object":"chat.completion.chunk","created":1718000000,"model":"` + model + `",`
+	return func(i int) string {
+		switch i {
+		case events - 1:
+			return prefix + fmt.Sprintf(`"choices":[],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}`,
+				promptTokens, promptTokens+outputTokens, outputTokens) + "\n\n"
+		case events - 2:
+			return prefix + `"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}` + "\n\n"
+		}
+		return prefix + fmt.Sprintf(`"choices":[{"index":0,"delta":{"content":"tok%03d"},"logprobs":null,"finish_reason":null}]}`, i) + "\n\n"
+	}
+}
+
+// failedServer streams what vLLM writes when generation fails mid-stream
+// (serving_chat.py, create_streaming_error_response): a first chunk, then
+// an error event with the error's type, then [DONE]: tokenwire reports
+// its duration with error.type and its span as an error.
+func failedServer(think, interval time.Duration, model string) *teststack.SSEServer {
+	ok := chatEvent(model)
+	return &teststack.SSEServer{Think: think, Interval: interval, Events: 2, HeadersFirst: true, Done: teststack.DoneFlushed,
+		Event: func(i int) string {
+			if i == 1 {
+				return `data: {"error":{"message":"The decoder prompt is too long","type":"BadRequestError","param":null,"code":400}}` + "\n\n"
+			}
+			return ok(i)
+		}}
+}
+
+// failedType is the error.type of failedServer's streams.
+const failedType = "BadRequestError"
+
+// workload serves ok, and failed for requests with a fail query parameter.
+func workload(ok, failed http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("fail") {
+			failed.ServeHTTP(w, r)
+			return
+		}
+		ok.ServeHTTP(w, r)
+	})
 }
 
 // streamBytes is tokenwire.stream.bytes for one of the server's streams:
