@@ -144,52 +144,6 @@ var MapAttributeNetworkType = map[string]AttributeNetworkType{
 	"ipv6": AttributeNetworkTypeIpv6,
 }
 
-// AttributeTokenwireStreamFormat specifies the value tokenwire.stream.format attribute.
-type AttributeTokenwireStreamFormat int
-
-const (
-	_ AttributeTokenwireStreamFormat = iota
-	AttributeTokenwireStreamFormatOpenai
-	AttributeTokenwireStreamFormatOpenaiResponses
-	AttributeTokenwireStreamFormatAnthropic
-	AttributeTokenwireStreamFormatOllama
-	AttributeTokenwireStreamFormatTgi
-	AttributeTokenwireStreamFormatLlamaCpp
-	AttributeTokenwireStreamFormatUnknown
-)
-
-// String returns the string representation of the AttributeTokenwireStreamFormat.
-func (av AttributeTokenwireStreamFormat) String() string {
-	switch av {
-	case AttributeTokenwireStreamFormatOpenai:
-		return "openai"
-	case AttributeTokenwireStreamFormatOpenaiResponses:
-		return "openai_responses"
-	case AttributeTokenwireStreamFormatAnthropic:
-		return "anthropic"
-	case AttributeTokenwireStreamFormatOllama:
-		return "ollama"
-	case AttributeTokenwireStreamFormatTgi:
-		return "tgi"
-	case AttributeTokenwireStreamFormatLlamaCpp:
-		return "llama_cpp"
-	case AttributeTokenwireStreamFormatUnknown:
-		return "unknown"
-	}
-	return ""
-}
-
-// MapAttributeTokenwireStreamFormat is a helper map of string to AttributeTokenwireStreamFormat attribute value.
-var MapAttributeTokenwireStreamFormat = map[string]AttributeTokenwireStreamFormat{
-	"openai":           AttributeTokenwireStreamFormatOpenai,
-	"openai_responses": AttributeTokenwireStreamFormatOpenaiResponses,
-	"anthropic":        AttributeTokenwireStreamFormatAnthropic,
-	"ollama":           AttributeTokenwireStreamFormatOllama,
-	"tgi":              AttributeTokenwireStreamFormatTgi,
-	"llama_cpp":        AttributeTokenwireStreamFormatLlamaCpp,
-	"unknown":          AttributeTokenwireStreamFormatUnknown,
-}
-
 // AttributeTokenwireStreamMode specifies the value tokenwire.stream.mode attribute.
 type AttributeTokenwireStreamMode int
 

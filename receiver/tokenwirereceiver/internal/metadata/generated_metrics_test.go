@@ -82,15 +82,15 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
+			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
+				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
+			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute(AttributeTokenwireStreamFormatOpenai))
+				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -192,7 +192,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, "gen_ai.response.model-val", genAiResponseModelAttrVal.Str())
 						tokenwireStreamFormatAttrVal, ok := dp.Attributes().Get("tokenwire.stream.format")
 						assert.True(t, ok)
-						assert.Equal(t, "openai", tokenwireStreamFormatAttrVal.Str())
+						assert.Equal(t, "tokenwire.stream.format-val", tokenwireStreamFormatAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["tokenwire.stream.bytes"], "Found a duplicate in the metrics slice: tokenwire.stream.bytes")
 						validatedMetrics["tokenwire.stream.bytes"] = true
@@ -266,7 +266,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, "gen_ai.response.model-val", genAiResponseModelAttrVal.Str())
 						tokenwireStreamFormatAttrVal, ok := dp.Attributes().Get("tokenwire.stream.format")
 						assert.True(t, ok)
-						assert.Equal(t, "openai", tokenwireStreamFormatAttrVal.Str())
+						assert.Equal(t, "tokenwire.stream.format-val", tokenwireStreamFormatAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["tokenwire.stream.chunks"], "Found a duplicate in the metrics slice: tokenwire.stream.chunks")
 						validatedMetrics["tokenwire.stream.chunks"] = true
