@@ -59,7 +59,7 @@ var (
 	stagesFlag = flag.String("stages", "metrics,spans", "stages to run (see the package doc)")
 	stepDur    = flag.Duration("step", time.Second, "time per step")
 	repeats    = flag.Int("repeats", 3, "repeats of every ring size (interleaved: each repeat runs every size)")
-	ringsFlag  = flag.String("rings", "262144,1048576,2097152,4194304", "ring buffer sizes in bytes, each a run of every stage (the receiver's default is 256 KiB: ring_buffer_size)")
+	ringsFlag  = flag.String("rings", "262144,1048576,2097152,4194304", "ring buffer sizes in bytes, each a run of every stage (the receiver's default, ring_buffer_size, is 4 MiB)")
 	batch      = flag.Int("batch", 256, "records per BPF_PROG_TEST_RUN call (repeat); the producer writes a batch at full speed, so keep it well under the ring's capacity for pacing to mean a rate")
 	inflight   = flag.Int("inflight", 9, "whole streams: 2^inflight streams open at once")
 	interval   = flag.Duration("interval", time.Second, "metrics/spans stages: how often the reader builds pdata metrics (the receiver's collection_interval; its default is 10s)")

@@ -99,7 +99,7 @@ func kcostSection(d *doc) error {
 	}
 	d.p("## 1. Kernel cost per delivered chunk (bench/kcost)\n\n")
 	d.p("All BPF programs of the collector running the default pipeline (`config.yaml`, stream tracking on the server's port), identified by the IDs the collector holds, ")
-	d.p("with kernel bpf stats on; beside them, in the same run and under the same load, empty programs (`bpf/floor.bpf.c`) on the same tracepoints. Rounds alternate the two (%s rounds, %s of load each). ", meta.Params["rounds"], meta.Params["duration"])
+	d.p("with kernel bpf stats on; beside them, in the same run and under the same load, empty programs (`bench/kcost/floor.bpf.c`) on the same tracepoints. Rounds alternate the two (%s rounds, %s of load each). ", meta.Params["rounds"], meta.Params["duration"])
 	d.p("Every program runs for every socket on the host, other tenants' included, so %s idle windows before and after each load measure that background, which is subtracted (scaled to the load's length): *net* figures. *Gross* keeps it.\n\n", meta.Params["idle"])
 	for _, l := range []string{"dense", "sparse"} {
 		d.p("- **%s**: %s.\n", l, meta.Params[l])

@@ -90,7 +90,7 @@ func run() error {
 	var d doc
 	d.runID = id
 	header(&d, metas)
-	d.p("## Targets (issue 14)\n\n")
+	d.p("## Targets\n\n")
 	d.p("Each verdict is computed from this run's repeats: **met** only if the whole min-max range meets the target, **missed** if none of it does, *within noise* when the range straddles it. Figures are median [min-max] over repeats.\n\n")
 	d.p("| target | measured | verdict | section |\n| --- | --- | --- | --- |\n")
 	for _, t := range body.targets {
