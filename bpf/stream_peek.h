@@ -14,6 +14,9 @@
 /* Request capture budget per request, set by user space
  * (streams.request_capture_bytes): the head and as much of the body. */
 const volatile __u32 request_capture_max = 65536;
+/* Whether body writes (a stream's first and the ends of its last events)
+ * go to user space for its GenAI details (streams.response_details). */
+const volatile __u8 response_details = 1;
 
 /* A payload record being built: its header and up to TW_REQ_SLICE bytes.
  * Per CPU, so that the record goes out with bpf_ringbuf_output at its
@@ -206,6 +209,8 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 static __always_inline void send_body(const struct sock *sk, const struct stream_state *st, __u8 flag,
 				      const char *start, __u64 len, __u64 total, int tail)
 {
+	if (!response_details)
+		return;
 	__u32 n = len > TW_PEEK_MAX ? TW_PEEK_MAX : len;
 	struct payload_buf *b = payload_start(sk, st, TW_REC_BODY, flag, total);
 	if (!b)
@@ -353,7 +358,7 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 	if (t[9] == '\r' && t[10] == '\n' && t[11] == '0' && t[12] == '\r' && t[13] == '\n' && t[14] == '\r' &&
 	    t[15] == '\n')
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
-	if (ends_stream_event(t))
+	if (response_details && ends_stream_event(t))
 		send_body(sk, st, TW_BODY_TAIL, end - used, used, total, 1);
 	return WRITE_PEEKED;
 }

@@ -301,6 +301,7 @@ const (
 	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
 	StreamVarRegsFromBtf           = "regs_from_btf"
 	StreamVarRequestCaptureMax     = "request_capture_max"
+	StreamVarResponseDetails       = "response_details"
 	StreamVarStackRegsOffset       = "stack_regs_offset"
 	StreamVarStateInSk             = "state_in_sk"
 	StreamVarTlsUprobes            = "tls_uprobes"
@@ -428,6 +429,7 @@ type StreamVariableSpecs struct {
 	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
 	RegsFromBtf           *ebpf.VariableSpec `ebpf:"regs_from_btf"`
 	RequestCaptureMax     *ebpf.VariableSpec `ebpf:"request_capture_max"`
+	ResponseDetails       *ebpf.VariableSpec `ebpf:"response_details"`
 	StackRegsOffset       *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.VariableSpec `ebpf:"state_in_sk"`
 	TlsUprobes            *ebpf.VariableSpec `ebpf:"tls_uprobes"`
@@ -509,6 +511,7 @@ type StreamVariables struct {
 	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`
 	RegsFromBtf           *ebpf.Variable `ebpf:"regs_from_btf"`
 	RequestCaptureMax     *ebpf.Variable `ebpf:"request_capture_max"`
+	ResponseDetails       *ebpf.Variable `ebpf:"response_details"`
 	StackRegsOffset       *ebpf.Variable `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.Variable `ebpf:"state_in_sk"`
 	TlsUprobes            *ebpf.Variable `ebpf:"tls_uprobes"`

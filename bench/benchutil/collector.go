@@ -24,6 +24,9 @@ type Collector struct {
 	Dir         string // where overlays and logs go
 	// Ports it listens on, 127.0.0.1 only.
 	TelemetryPort, PromPort, HealthPort, OTLPPort int
+	// Overlay, when set, is one more configuration file's YAML, given
+	// last (a variant's settings).
+	Overlay string
 }
 
 // DefaultCollector uses ports away from the collector's defaults (8888,
@@ -75,6 +78,13 @@ service:
 		return nil, err
 	}
 	args := []string{"--config", c.Config, "--config", pf}
+	if c.Overlay != "" {
+		vf := filepath.Join(c.Dir, fmt.Sprintf("variant-%d.yaml", streamPort))
+		if err := os.WriteFile(vf, []byte(c.Overlay), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", vf)
+	}
 	if otlp {
 		of := filepath.Join(c.Dir, "otlp.yaml")
 		o := fmt.Sprintf(`receivers:

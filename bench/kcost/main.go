@@ -133,7 +133,7 @@ func run() error {
 	}()
 	coll := benchutil.DefaultCollector(*collectorBin, *baseConfig, tmp)
 	var samples []sample
-	modes := []string{"tokenwire", "floor"}
+	modes := []string{"tokenwire", "nodetails", "floor"}
 	for r := range *rounds {
 		for k := range loads {
 			l := loads[(k+r)%len(loads)]
@@ -175,13 +175,25 @@ func run() error {
 	return res.WriteMeta(params)
 }
 
-// measure runs one load with tokenwire's collector or with the floor
-// programs attached, and returns each program's runs and run time over
-// the load.
+// noDetails is the overlay of mode nodetails: the default pipeline with
+// response bodies kept in the kernel, so that the difference from mode
+// tokenwire is what GenAI response details cost.
+const noDetails = `receivers:
+  tokenwire:
+    streams:
+      response_details: false
+`
+
+// measure runs one load with tokenwire's collector (mode tokenwire, or
+// nodetails without response details) or with the floor programs attached,
+// and returns each program's runs and run time over the load.
 func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
 	var before func() (map[uint32]benchutil.ProgStat, error)
 	switch mode {
-	case "tokenwire":
+	case "tokenwire", "nodetails":
+		if mode == "nodetails" {
+			coll.Overlay = noDetails
+		}
 		p, err := coll.Start(g, l.port, false, logs)
 		if err != nil {
 			return nil, err

@@ -154,6 +154,7 @@ func kcostSection(d *doc) error {
 		d.target(fmt.Sprintf("all tokenwire programs at most 250 ns per delivered chunk, %s load (empty programs on the same hooks: %s ns)", l, floors[l].f(0)),
 			totals[l].f(0)+" ns", atMost(totals[l], 250)+floorNote(floors[l]), "1")
 	}
+	detailsCost(d, data)
 	if tw, tws := data[[2]string{"dense", "tokenwire"}], data[[2]string{"sparse", "tokenwire"}]; len(tw) > 0 && len(tws) > 0 {
 		ratio := byRound(tws, tw, func(x, y kround) float64 { return x.perChunk() / y.perChunk() })
 		d.p("Sparse / dense, per round: %s (target at most 2).\n\n", ratio.f(2))
@@ -182,4 +183,24 @@ func floorProg(fl []kround, hook string) string {
 		}
 	}
 	return ""
+}
+
+// detailsCost compares, round by round, all programs per chunk with the
+// default settings against the same collector with
+// streams.response_details off: what reading GenAI details from the
+// response adds per chunk.
+func detailsCost(d *doc, data map[[2]string][]kround) {
+	d.p("GenAI response details (`streams.response_details`, on by default) against the same collector with them off, all programs, net ns per chunk, paired by round:\n\n")
+	d.p("| load | with details | without | added per chunk | target: at most 100 ns |\n| --- | --- | --- | --- | --- |\n")
+	for _, l := range []string{"dense", "sparse"} {
+		tw, nd := data[[2]string{l, "tokenwire"}], data[[2]string{l, "nodetails"}]
+		if len(tw) == 0 || len(nd) == 0 {
+			continue
+		}
+		added := byRound(tw, nd, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
+		v := atMost(added, 100)
+		d.p("| %s | %s | %s | %s | %s |\n", l, each(tw, kround.perChunk).f(0), each(nd, kround.perChunk).f(0), added.f(0), v)
+		d.target(fmt.Sprintf("GenAI response details add at most 100 ns per chunk, %s load", l), added.f(0)+" ns", v, "1")
+	}
+	d.p("\n")
 }

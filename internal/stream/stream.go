@@ -66,6 +66,9 @@ type Config struct {
 	// RequestCaptureBytes is how much of each request (head and body) is
 	// sent to user space; 0 sends the first 1 KiB.
 	RequestCaptureBytes uint32
+	// NoResponseBodies keeps every response byte after the head in the
+	// kernel: no BODY records, so no GenAI details from the response.
+	NoResponseBodies bool
 
 	// TLS says whether TLS servers' plaintext is read through uprobes.
 	TLS TLSConfig
@@ -221,6 +224,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
 		"state_in_sk":         boolByte(inSocket),
 		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
+		"response_details":    boolByte(!cfg.NoResponseBodies),
 		"tls_uprobes":         boolByte(cfg.TLS.Enabled),
 		// tcp_recvmsg's flags come after nonblock before Linux 5.19.
 		"recvmsg_flags_arg5": boolByte(recvArgs == 6),

@@ -63,6 +63,10 @@ type Config struct {
 	// port; it wins over the provider the wire format speaks for
 	// (genai.Provider). Values are taken as they are.
 	Providers map[uint16]string
+	// NoResponseDetails ignores response bytes after the head (the kernel
+	// sends none when stream.Config.NoResponseBodies is set, but the head's
+	// own write may carry the first events).
+	NoResponseDetails bool
 	// Spans keeps a span record per finished stream.
 	Spans bool
 	// OnSkip is called for each stream not reported, with its reason;
@@ -94,7 +98,7 @@ type Aggregator struct {
 	models   *values
 	errTypes *values
 	comms    map[string]string
-	spans  []Span
+	spans    []Span
 }
 
 // maxComms bounds the interned thread names; maxEnded the streams ended
@@ -137,7 +141,7 @@ func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
 		// place is kept for good once given.
 		errTypes: &values{limit: maxErrorTypes, expiry: math.MaxInt64, other: genai.ErrorTypeOther,
 			slots: map[string]*valueSlot{}},
-		comms:    map[string]string{},
+		comms: map[string]string{},
 	}
 	for _, p := range cfg.Pids {
 		a.pids[p] = true
@@ -177,9 +181,9 @@ type openStream struct {
 	// gen is what the response's body says of itself: its first write
 	// and the ends of the writes the kernel took for a stream's last
 	// events. Read in http mode only.
-	gen genai.Response
-	pid uint32
-	comm    [16]byte
+	gen  genai.Response
+	pid  uint32
+	comm [16]byte
 	// When the request was first read and the response's head written
 	// (record times): the idle timeout's fallback before any PROGRESS.
 	reqTS, respTS uint64
@@ -260,7 +264,7 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		}
 	case stream.KindResponse:
 		o = a.opened(o, rec.ID)
-		o.response(rec.Data)
+		o.response(rec.Data, !a.cfg.NoResponseDetails)
 		o.pid, o.comm = rec.PID, rec.Comm
 		o.respTS = rec.TS
 	case stream.KindBody:

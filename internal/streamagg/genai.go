@@ -10,8 +10,8 @@ import (
 
 // response takes the response's first write: its head, and any body bytes
 // the same write carried (a server that sends the head with the first
-// event).
-func (o *openStream) response(data []byte) {
+// event), which are read for GenAI details only when details is set.
+func (o *openStream) response(data []byte, details bool) {
 	o.respLen = copy(o.resp[:], data)
 	head := o.resp[:o.respLen]
 	o.head, o.headOK = httpsniff.ParseResponse(head)
@@ -22,7 +22,9 @@ func (o *openStream) response(data []byte) {
 	if i := bytes.Index(head, []byte("\r\n\r\n")); i >= 0 {
 		o.headerLen = i + 4
 	}
-	genai.ParseFirst(&o.gen, head, nil)
+	if details {
+		genai.ParseFirst(&o.gen, head, nil)
+	}
 }
 
 // body takes a BODY record: the start of the first body write, or the end

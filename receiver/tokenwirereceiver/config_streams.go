@@ -79,6 +79,13 @@ type StreamsConfig struct {
 	// in them. Clients put "model" after the messages (the OpenAI SDKs
 	// do), so it must cover the prompts the servers get.
 	RequestCapture int `mapstructure:"request_capture_bytes"`
+	// ResponseDetails sends the kernel's copies of a response's first body
+	// write and of the ends of its last events (at most 512 bytes each) to
+	// the receiver, which reads the response model, id, token usage and
+	// finish reasons from them. Off, the kernel sends no body write, the
+	// receiver ignores body bytes that share the head's write, and those
+	// attributes are absent (tokenwire.stream.format is unknown).
+	ResponseDetails bool `mapstructure:"response_details"`
 	// Providers sets gen_ai.provider.name for the streams of a port, by
 	// port number ("8000": vllm). It wins over the provider a stream's
 	// wire format speaks for (openai for OpenAI-compatible servers such

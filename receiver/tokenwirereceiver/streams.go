@@ -35,6 +35,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		GapBounds:       stream.DefaultGapBounds,
 
 		RequestCaptureBytes: uint32(r.cfg.Streams.RequestCapture),
+		NoResponseBodies:    !r.cfg.Streams.ResponseDetails,
 	})
 	if err != nil {
 		return err
@@ -60,19 +61,20 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 	}
 	r.wall = wallOffset()
 	agg, err := streamagg.New(streamagg.Config{
-		MaxOpen:      r.cfg.Streams.MaxSockets,
-		MaxPaths:     r.cfg.Streams.MaxPaths,
-		MaxModels:    r.cfg.Streams.MaxModels,
-		Routes:       r.cfg.Streams.Routes,
-		MaxSeries:    r.cfg.Streams.MaxSeries,
-		SeriesExpiry: r.cfg.Streams.SeriesExpiry,
-		Pids:         pids,
-		ProcessNames: r.cfg.Streams.ProcessNames,
-		Providers:    r.cfg.Streams.providers(),
-		Spans:        r.cfg.Streams.Spans,
-		OnSkip:       func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
-		OnEvict:      func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) },
-		OnOverflow:   func() { r.telemetry.ReceiverTokenwireStreamSeriesOverflow.Add(ctx, 1) },
+		MaxOpen:           r.cfg.Streams.MaxSockets,
+		MaxPaths:          r.cfg.Streams.MaxPaths,
+		MaxModels:         r.cfg.Streams.MaxModels,
+		Routes:            r.cfg.Streams.Routes,
+		MaxSeries:         r.cfg.Streams.MaxSeries,
+		SeriesExpiry:      r.cfg.Streams.SeriesExpiry,
+		Pids:              pids,
+		ProcessNames:      r.cfg.Streams.ProcessNames,
+		Providers:         r.cfg.Streams.providers(),
+		NoResponseDetails: !r.cfg.Streams.ResponseDetails,
+		Spans:             r.cfg.Streams.Spans,
+		OnSkip:            func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
+		OnEvict:           func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) },
+		OnOverflow:        func() { r.telemetry.ReceiverTokenwireStreamSeriesOverflow.Add(ctx, 1) },
 	}, procinfo.NewCache(4096))
 	if err != nil {
 		tr.Close()
