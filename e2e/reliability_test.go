@@ -95,7 +95,7 @@ streams:
 	<-floodDone
 	// A busy machine's listen queue drops a few connection attempts; the
 	// flood still has to be a flood.
-	if sent.Load()+failed.Load() < floodConns || failed.Load() > floodConns/100 {
+	if sent.Load() < floodConns {
 		t.Fatalf("%d of %d flood connections made (%d failed) in time", sent.Load(), floodConns, failed.Load())
 	}
 	spansOnPort(t, c, srv.Port, floodStreams, clients)
@@ -131,9 +131,10 @@ streams:
 	f.add(t, "flood: tracked connections after", fmt.Sprintf("%v", self.sum("otelcol_receiver_tokenwire_map_entries", `capability="stream"`)))
 }
 
-// floodConnections opens n connections to port from many loopback source
+// floodConnections makes n connections to port from many loopback source
 // addresses (so ephemeral ports do not run out), sends one byte on each and
-// closes it, 32 at a time, within limit.
+// closes it, 32 at a time, within limit; it gives up after n/100 failed
+// attempts beyond n.
 func floodConnections(port, n int, limit time.Duration, sent, failed *atomic.Int64) {
 	deadline := time.Now().Add(limit)
 	var next atomic.Int64
@@ -141,7 +142,7 @@ func floodConnections(port, n int, limit time.Duration, sent, failed *atomic.Int
 	for w := range 32 {
 		wg.Go(func() {
 			d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+w))}}
-			for next.Add(1) <= int64(n) && time.Now().Before(deadline) {
+			for sent.Load() < int64(n) && next.Add(1) <= int64(n+n/100) && time.Now().Before(deadline) {
 				c, err := d.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
 				if err != nil {
 					failed.Add(1)
