@@ -156,6 +156,7 @@ func createDefaultConfig() *Config {
 			TraceParent:     TraceParentParent,
 			RequestCapture:  DefaultRequestCaptureBytes,
 			ResponseDetails: true,
+			ClientAddress:   true,
 			SeriesExpiry:    15 * time.Minute,
 			Spans:           true,
 			IdleTimeout:     5 * time.Minute,

@@ -70,6 +70,12 @@ type StreamsConfig struct {
 	// starts a trace of its own and links to the caller's: for callers
 	// that are not trusted to choose the trace) or ignore.
 	TraceParent string `mapstructure:"traceparent"`
+	// ClientAddress puts client.address and client.port on spans. Off,
+	// no peer address leaves the node: the standard attributes and
+	// transform processors can drop attributes too, but the module proxy
+	// serves no release of them that builds at this distribution's
+	// collector release.
+	ClientAddress bool `mapstructure:"client_address"`
 	// IdleTimeout ends a stream that has written nothing for this long
 	// (end reason idle_timeout) and forgets its socket.
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`

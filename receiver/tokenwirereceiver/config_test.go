@@ -45,7 +45,7 @@ func TestLoadConfig(t *testing.T) {
 					MaxSockets: 2048, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
 					MaxPaths: 10, MaxModels: 5, Spans: false, IdleTimeout: 30 * time.Second,
 					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
-					RequestCapture: 128 << 10, ResponseDetails: false, Providers: map[string]string{"8000": "vllm"},
+					RequestCapture: 128 << 10, ResponseDetails: false, ClientAddress: false, Providers: map[string]string{"8000": "vllm"},
 				}
 				return c
 			},

@@ -83,7 +83,7 @@ func (r *tokenwireReceiver) putSpan(sp ptrace.Span, s *streamagg.Span) {
 		sp.Status().SetCode(ptrace.StatusCodeError)
 	}
 	a.PutInt(genai.AttrServerPort, int64(s.Port))
-	if s.Client.IsValid() {
+	if s.Client.IsValid() && r.cfg.Streams.ClientAddress {
 		a.PutStr(genai.AttrClientAddress, s.Client.Addr().Unmap().String())
 		a.PutInt(genai.AttrClientPort, int64(s.Client.Port()))
 	}

@@ -164,3 +164,23 @@ func TestUntrustedTraceParent(t *testing.T) {
 		}
 	}
 }
+
+// With streams.client_address off, spans carry no peer address.
+func TestSpansWithoutClientAddress(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		r := translator(t)
+		r.cfg.Streams.ClientAddress = on
+		s := streamaggtest.Stream{PID: goldenPID, Request: "GET /x HTTP/1.1\r\n\r\n",
+			Head: streamaggtest.SSEHead, HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 1, ChunkAt: []uint64{5}, ChunkBytes: 3}
+		recs := s.Records(streamagg.IntervalBounds)
+		for i := range recs {
+			r.stAgg.Add(&recs[i])
+		}
+		a := r.traceData(r.stAgg.TakeSpans()).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes()
+		for _, key := range []string{"client.address", "client.port"} {
+			_, ok := a.Get(key)
+			require.Equal(t, on, ok, "%s with client_address %v", key, on)
+		}
+		require.EqualValues(t, streamaggtest.Server.Port(), a.AsRaw()["server.port"])
+	}
+}
