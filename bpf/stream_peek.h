@@ -59,17 +59,34 @@ static __always_inline struct payload_buf *payload_start(const struct sock *sk, 
 	return b;
 }
 
+/* read_size returns n (1 <= n <= max, max a power of two) as a value
+ * whose bound the verifier sees in the value itself: a bound checked
+ * earlier may have been checked on another register or before a spill,
+ * and the verifiers of 5.10 and 6.1 (6.12's too, for some hook types) lose it
+ * there (R2 min value is negative, unbounded memory access). The barrier
+ * stops the compiler from proving the mask redundant and dropping it.
+ * Use the returned value for every length after it: the read, the
+ * record's len, the ring-buffer size. */
+static __always_inline __u64 read_size(__u64 n, const __u64 max)
+{
+	barrier_var(n);
+	return ((n - 1) & (max - 1)) + 1;
+}
+
+_Static_assert((TW_REQ_SLICE & (TW_REQ_SLICE - 1)) == 0, "read_size needs a power of two");
+_Static_assert((TW_PEEK_MAX & (TW_PEEK_MAX - 1)) == 0, "read_size needs a power of two");
+
 /* payload_send reads n bytes (at most TW_REQ_SLICE) from src into the
  * record and sends it. */
 static __always_inline int payload_send(struct payload_buf *b, const void *src, __u32 n)
 {
-	barrier_var(n); /* keep the bound next to its use for the verifier */
 	if (n == 0 || n > TW_REQ_SLICE)
 		return -1;
-	if (bpf_probe_read_user(b->data, n, src))
+	__u64 len = read_size(n, TW_REQ_SLICE);
+	if (bpf_probe_read_user(b->data, len, src))
 		return -1;
-	b->h.id.len = n;
-	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + n, submit_flags(&tw_st_events))) {
+	b->h.id.len = len;
+	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + len, submit_flags(&tw_st_events))) {
 		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
 		return -1;
 	}
@@ -96,7 +113,11 @@ static __always_inline void capture_from(const struct sock *sk, struct stream_st
 		return;
 	__u32 off = 0;
 	for (int i = 0; i < REQ_SLICES; i++) {
-		if (off >= n)
+		/* request_capture_max is a constant at load: the verifier walks
+		 * only the slices it allows, not all REQ_SLICES (with the TLS
+		 * paths beside it, the receive program outgrew the 1M
+		 * instructions the verifiers of 5.10 and 6.1 walk). */
+		if (off >= n || i * TW_REQ_SLICE >= request_capture_max)
 			break;
 		__u32 k = n - off > TW_REQ_SLICE ? TW_REQ_SLICE : n - off;
 		b->h.offset = st->req_captured + off;
@@ -185,9 +206,10 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	struct payload_buf *b = payload_start(sk, st, TW_REC_RESPONSE, 0, total);
 	if (!b)
 		return 0;
-	__u32 n = len > TW_PEEK_MAX ? TW_PEEK_MAX : len;
-	barrier_var(n);
-	if (n == 0 || n > TW_PEEK_MAX || bpf_probe_read_user(b->data, n, base))
+	if (len == 0)
+		return 0;
+	__u64 n = read_size(len > TW_PEEK_MAX ? TW_PEEK_MAX : len, TW_PEEK_MAX);
+	if (bpf_probe_read_user(b->data, n, base))
 		return 0;
 	__u8 flags = head_flags(b->data, n);
 	if (flags & TW_RESP_INTERIM)
