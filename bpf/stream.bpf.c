@@ -142,8 +142,17 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	 * at: the answer to a request pipelined behind it. */
 	if (st->state == TW_ST_IDLE && !st->ended_by_terminator)
 		return 0;
-	__u8 flags = peek_sent(sk, st, ret);
-	account_write(sk, st, flags, ret, bpf_ktime_get_ns());
+	__u64 now = bpf_ktime_get_ns();
+	__u64 fin = st->fin_ts;
+	/* A FIN is pending (on_state): this write is the client's if its
+	 * bytes were queued before the FIN came (write_seq has not moved
+	 * since), and the stream ends at the FIN either way. */
+	if (!fin || BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) == st->fin_seq) {
+		__u8 flags = peek_sent(sk, st, ret);
+		account_write(sk, st, flags, ret, fin ? fin : now);
+	}
+	if (fin)
+		end_stream(sk, st, TW_END_CLIENT_CLOSED, fin);
 	return 0;
 }
 
@@ -165,6 +174,16 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	}
 	__u64 now = bpf_ktime_get_ns();
 	if (newstate == TCP_CLOSE_WAIT) {
+		/* A FIN taken from the backlog by release_sock: a syscall held
+		 * the socket. If it is a write, sock_send_length (which fires
+		 * after release_sock) reports that write after this, though
+		 * its bytes were queued before the FIN and the client may have
+		 * read them before closing. The end waits for that report. */
+		if (!st->tls && st->state == TW_ST_RESPONSE && BPF_CORE_READ(sk, sk_lock.owned)) {
+			st->fin_ts = now;
+			st->fin_seq = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
+			return 0;
+		}
 		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);
 		return 0;
 	}
@@ -172,6 +191,8 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 		end_stream(sk, st, TW_END_CLOSE, now);
 		return 0;
 	}
+	if (st->fin_ts) /* no write reported after the FIN */
+		end_stream(sk, st, TW_END_CLIENT_CLOSED, st->fin_ts);
 	int err = BPF_CORE_READ(sk, sk_err);
 	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
 	forget(sk, moved);

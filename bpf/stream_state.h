@@ -27,7 +27,7 @@ struct stream_state {
 	__u8 ended_by_terminator; /* IDLE after a chunked response's end */
 	__u8 tls;                 /* TLS_* (stream_tls.h): 0 on a plaintext connection */
 	__u32 seq;
-	__u32 _pad2;
+	__u32 fin_seq; /* the socket's write_seq when fin_ts was set */
 	/* per chunk, one bucket */
 	__u32 gap_counts[TW_GAP_BUCKETS];
 	/* per stream */
@@ -51,6 +51,10 @@ struct stream_state {
 	__u8 fin_skips; /* TLS 1.3: client records taken for its handshake so far */
 	__u8 tx_app;    /* the server's current record is application data */
 	__u8 _pad3[3];
+	/* The client's FIN came while a syscall held the socket (on_state):
+	 * the stream ends at this time once the write that may have been in
+	 * progress has reported. 0: none pending. */
+	__u64 fin_ts;
 };
 
 /* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
@@ -258,6 +262,7 @@ static __always_inline void end_stream(const struct sock *sk, struct stream_stat
 		reason = TW_END_NO_RESPONSE;
 	emit_stats(sk, st, TW_REC_END, reason, now);
 	st->state = TW_ST_IDLE;
+	st->fin_ts = 0;
 	st->ended_by_terminator = reason == TW_END_TERMINATOR;
 }
 
@@ -282,6 +287,7 @@ static __always_inline void begin_stream(struct stream_state *st, __u64 req_ts, 
 	st->resp_flags = 0;
 	st->ended_by_terminator = 0;
 	st->pending_req_ts = 0;
+	st->fin_ts = 0;
 	for (int i = 0; i < TW_GAP_BUCKETS; i++)
 		st->gap_counts[i] = 0;
 }

@@ -61,7 +61,7 @@ type StreamStreamState struct {
 	EndedByTerminator uint8
 	Tls               uint8
 	Seq               uint32
-	Pad2              uint32
+	FinSeq            uint32
 	GapCounts         [17]uint32
 	_                 [4]byte
 	ReqTs             uint64
@@ -82,6 +82,7 @@ type StreamStreamState struct {
 	FinSkips          uint8
 	TxApp             uint8
 	Pad3              [3]uint8
+	FinTs             uint64
 }
 
 type StreamStreamStats struct {
