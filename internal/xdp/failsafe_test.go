@@ -23,6 +23,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// childFilter holds the child's filter for the life of the process: a
+// filter only referenced from a local would be unreachable once the child
+// blocks, and the collector of unreachable file descriptors would detach
+// it before the test kills the child.
+var childFilter *Filter
+
 // childMain attaches the filter in the current network namespace, says so
 // on stdout and blocks until killed: the links live only as long as this
 // process does.
@@ -33,8 +39,15 @@ func childMain(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	childFilter = f
 	fmt.Printf("attached %s\n", f.Attachments()[0].Mode)
-	select {} // until SIGKILL
+	// Sleep rather than select {}: a process whose only goroutine blocks
+	// forever on nothing is killed by the runtime ("all goroutines are
+	// asleep - deadlock!"), which would detach the filter early, with
+	// no SIGKILL, while the test still expects it in place.
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // TestFailOpenWhenTheOwnerDies: a process that attached the filter is
