@@ -27,13 +27,16 @@ const cacheEnv = "TOKENWIRE_KERNEL_CACHE"
 type options struct {
 	pins, cache, work, out, busybox string
 	only                            []string
+	runs                            []string // globs over run ids (path.Match), e.g. "default/*"; empty: all
+	tests                           []string // replace every selected run's tests when set
+	docs, readme                    string   // rendered from the matrix when set
 	jobs                            int
 	testTimeout, guestTimeout       time.Duration
 }
 
 func main() {
 	var o options
-	var only string
+	var only, runs, tests, render string
 	flag.StringVar(&o.pins, "pins", "kernels/kernels.json", "kernel pin file")
 	flag.StringVar(&o.cache, "cache", cmp.Or(os.Getenv(cacheEnv), "_build/kernels/cache"), "kernel package cache (env "+cacheEnv+")")
 	flag.StringVar(&o.work, "work", "_build/kernels", "work directory: console logs and the run's temporary files")
@@ -43,15 +46,40 @@ func main() {
 	// Three: a guest under TCG keeps about 0.6 of a core busy (its tests
 	// mostly wait), so on two cores all three pinned kernels at once finish
 	// first (measured: kernels/results/matrix.md, cpu s against total s).
+	flag.StringVar(&runs, "runs", "", "comma-separated globs over run ids (<hook>/<capability>, e.g. default/stream,*/receiver) to run; default all. for working on one cell; the others are left out of the matrix")
+	flag.StringVar(&tests, "tests", "", "comma-separated top-level test names: the selected runs run these, in place of the plan's")
+	flag.StringVar(&o.docs, "docs", "", "write the kernel docs (docs/kernels.md) from the matrix")
+	flag.StringVar(&o.readme, "readme", "", "fill the README's kernels block from the matrix")
+	flag.StringVar(&render, "render", "", "render -docs and -readme from this matrix.json and exit (no run)")
 	flag.IntVar(&o.jobs, "jobs", 3, "guests booted at a time")
-	// The slowest binary takes about 3.5 min under emulation with three
-	// guests at once (default/stream); a guest about 20. A guest that hangs
-	// must still leave .ci/run under 45 minutes.
-	flag.DurationVar(&o.testTimeout, "test-timeout", 8*time.Minute, "per test binary (Go's -test.timeout; killed 30 s later)")
-	flag.DurationVar(&o.guestTimeout, "guest-timeout", 28*time.Minute, "per guest, boot to poweroff (and for the native row)")
+	// Per test, not per binary: each top-level test runs in an invocation
+	// of its own. The slowest under emulation take 1-2 min
+	// (TestEveryHookType loads the stream probe 15 times).
+	flag.DurationVar(&o.testTimeout, "test-timeout", 5*time.Minute, "per top-level test (Go's -test.timeout; killed 30 s later)")
+	// The plan takes a guest 12-15 min with three at once on 2 cores. One
+	// test hanging to its timeout still fits; the matrix, native row
+	// first, stays within 25 min.
+	flag.DurationVar(&o.guestTimeout, "guest-timeout", 20*time.Minute, "per guest, boot to poweroff (and for the native row)")
 	flag.Parse()
 	if only != "" {
 		o.only = strings.Split(only, ",")
+	}
+	if runs != "" {
+		o.runs = strings.Split(runs, ",")
+	}
+	if tests != "" {
+		o.tests = strings.Split(tests, ",")
+	}
+	if render != "" {
+		m, err := LoadMatrix(render)
+		if err == nil {
+			err = RenderDocs(m, filepath.Join(filepath.Dir(render), "matrix.md"), o.docs, o.readme)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kernels:", err)
+			os.Exit(2)
+		}
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -102,8 +130,11 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 	if err := BuildTestBinaries(ctx, ".", stage, pkgs, os.Stderr); err != nil {
 		return nil, err
 	}
-	guestPlan := BuildPlan(pkgs, true, o.testTimeout)
-	nativePlan := BuildPlan(pkgs, false, o.testTimeout)
+	guestPlan := SelectRuns(BuildPlan(pkgs, true, o.testTimeout), o.runs, o.tests)
+	nativePlan := SelectRuns(BuildPlan(pkgs, false, o.testTimeout), o.runs, o.tests)
+	if len(guestPlan) == 0 {
+		return nil, fmt.Errorf("-runs %s selects no run", strings.Join(o.runs, ","))
+	}
 	if err := os.WriteFile(filepath.Join(stage, "plan.sh"), []byte(PlanScript(guestPlan)), 0o644); err != nil {
 		return nil, err
 	}
@@ -170,6 +201,9 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 	}
 	m.Tally()
 	if err := m.WriteFiles(o.out); err != nil {
+		return nil, err
+	}
+	if err := RenderDocs(m, filepath.Join(o.out, "matrix.md"), o.docs, o.readme); err != nil {
 		return nil, err
 	}
 	fmt.Print(m.Markdown())

@@ -68,7 +68,7 @@ func (m *Matrix) Markdown() string {
 	m.writeHookMatrix(&b)
 	m.writeHooks(&b)
 
-	b.WriteString("## Excluded in the guests\n\nLeft out with `-test.skip` in every guest by the runner's skip list (kernels/plan.go); the native row runs them.\n\n")
+	b.WriteString("## Excluded in the guests\n\nLeft out in every guest by the runner's skip list (kernels/plan.go); the native row runs them.\n\n")
 	rows = nil
 	for _, s := range m.Excluded {
 		rows = append(rows, []string{s.Dir, s.Test, s.Reason})

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,8 +22,8 @@ func TestBuildPlan(t *testing.T) {
 		{Dir: "receiver/tokenwirereceiver", Binary: "tokenwirereceiver.test", Capability: "receiver"},
 	}
 	guest := BuildPlan(pkgs, true, time.Minute)
-	// 4 default runs, then stream, handshake and receiver for 5 hook types.
-	if len(guest) != 4+3*5 {
+	// 4 default runs, then stream and handshake for 5 hook types.
+	if len(guest) != 4+2*5 {
 		t.Fatalf("%d runs", len(guest))
 	}
 	ids := map[string]Run{}
@@ -38,24 +36,30 @@ func TestBuildPlan(t *testing.T) {
 	if r := ids["fentry/stream"]; r.SameAs != "default/stream" {
 		t.Errorf("fentry/stream: same as %q; forcing fentry gives the default order", r.SameAs)
 	}
-	if r := ids["kprobe/stream"]; r.SameAs != "" || r.SkipPattern() != "" || !strings.HasPrefix(r.RunPattern(), "^(TestHooksInUse|") {
-		t.Errorf("kprobe/stream: same as %q, skip %q, run %q", r.SameAs, r.SkipPattern(), r.RunPattern())
+	names := func(skips []Skip) []string {
+		var out []string
+		for _, s := range skips {
+			out = append(out, s.Test)
+		}
+		return out
 	}
-	if r := ids["kprobe/handshake"]; r.RunPattern() != "" || !strings.Contains(r.SkipPattern(), "TestEveryHookTypeOrAClearRefusal") {
-		t.Errorf("kprobe/handshake: run %q, skip %q", r.RunPattern(), r.SkipPattern())
+	if r := ids["kprobe/stream"]; r.SameAs != "" || len(r.Skips) != 0 || len(r.Only) == 0 || r.Only[0] != "TestHooksInUse" {
+		t.Errorf("kprobe/stream: same as %q, skips %v, only %v", r.SameAs, names(r.Skips), r.Only)
 	}
-	if r := ids["kprobe/receiver"]; r.RunPattern() != "^(TestHandshakeMetricsAreExact|TestStreamMetricsAndSpans|TestShutdownReportsEveryEndedStream)$" {
-		t.Errorf("kprobe/receiver runs %q", r.RunPattern())
+	if r := ids["kprobe/handshake"]; len(r.Only) != 0 || !slices.Contains(names(r.Skips), "TestEveryHookTypeOrAClearRefusal") {
+		t.Errorf("kprobe/handshake: only %v, skips %v", r.Only, names(r.Skips))
 	}
-	if r := ids["default/receiver"]; r.RunPattern() != "" {
-		t.Errorf("default/receiver runs %q, want every test", r.RunPattern())
+	if _, ok := ids["kprobe/receiver"]; ok {
+		t.Error("the receiver runs per hook type")
+	}
+	if r := ids["default/receiver"]; len(r.Only) != 0 || !slices.Contains(names(r.Skips), "TestStartShutdownLeavesNothing") {
+		t.Errorf("default/receiver: only %v, skips %v", r.Only, names(r.Skips))
 	}
 	if _, ok := ids["tp_btf/xdp"]; ok {
 		t.Error("xdp runs per hook type")
 	}
-	re := regexp.MustCompile(ids["default/xdp"].SkipPattern())
-	if !re.MatchString("TestInterfaceDisappears") || re.MatchString("TestInterfaceDisappearsNot") || re.MatchString("TestFrames") {
-		t.Errorf("xdp skip pattern %q", re)
+	if r := ids["default/xdp"]; !slices.Contains(names(r.Skips), "TestInterfaceDisappears") || slices.Contains(names(r.Skips), "TestFrames") {
+		t.Errorf("default/xdp skips %v", names(r.Skips))
 	}
 	native := BuildPlan(pkgs, false, time.Minute)
 	for _, r := range native {
@@ -65,8 +69,8 @@ func TestBuildPlan(t *testing.T) {
 			}
 		}
 	}
-	if p := native[0].SkipPattern(); p != "" {
-		t.Errorf("native default/stream skips %q", p)
+	if len(native[0].Skips) != 0 {
+		t.Errorf("native default/stream skips %v", names(native[0].Skips))
 	}
 }
 
@@ -74,6 +78,29 @@ func TestSkipReasons(t *testing.T) {
 	for _, s := range append(slices.Clone(guestSkips), hookRunSkips...) {
 		if s.Reason == "" || s.Test == "" || s.Dir == "" {
 			t.Errorf("incomplete skip entry %+v", s)
+		}
+	}
+}
+
+func TestSelectRuns(t *testing.T) {
+	pkgs := []Package{
+		{Dir: "internal/stream", Binary: "stream.test", Capability: "stream"},
+		{Dir: "internal/xdp", Binary: "xdp.test", Capability: "xdp"},
+	}
+	plan := BuildPlan(pkgs, true, time.Minute)
+	if got := SelectRuns(plan, nil, nil); len(got) != len(plan) {
+		t.Errorf("no selection kept %d of %d runs", len(got), len(plan))
+	}
+	got := SelectRuns(plan, []string{"fentry/*", "default/xdp"}, []string{"TestA", "TestB"})
+	if len(got) != 2 || got[0].ID != "default/xdp" || got[1].ID != "fentry/stream" {
+		t.Fatalf("selected %+v", got)
+	}
+	if got[1].SameAs != "" {
+		t.Error("fentry/stream stands in for default/stream, which was not selected: it must run itself")
+	}
+	for _, r := range got {
+		if !slices.Equal(r.Only, []string{"TestA", "TestB"}) {
+			t.Errorf("%s runs %v", r.ID, r.Only)
 		}
 	}
 }

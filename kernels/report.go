@@ -28,7 +28,7 @@ type Matrix struct {
 	Capabilities []string `json:"capabilities"`
 	Hooks        []string `json:"hooks"`
 	Rows         []Row    `json:"rows"`
-	// Excluded lists the tests the guests leave out (-test.skip), with
+	// Excluded lists the tests the guests leave out, with
 	// the reason; the native row runs them.
 	Excluded []Skip `json:"excluded_in_guests"`
 	// HookRunSkips lists the tests left out of the forced-hook runs.

@@ -22,8 +22,8 @@ type RunResult struct {
 	Passed     int          `json:"passed"`
 	Failed     int          `json:"failed"`
 	Skipped    int          `json:"skipped"`
-	Excluded   []string     `json:"excluded,omitempty"` // top-level tests left out with -test.skip
-	Only       []string     `json:"only,omitempty"`     // the tests the run was limited to (-test.run)
+	Excluded   []string     `json:"excluded,omitempty"` // top-level tests left out
+	Only       []string     `json:"only,omitempty"`     // the tests the run was limited to
 	Seconds    float64      `json:"seconds"`
 	ExitCode   int          `json:"exit_code"`
 	Failures   []TestCase   `json:"failures,omitempty"`
@@ -76,12 +76,18 @@ func Judge(r Run, out *RunOutput, sessionProblem string) RunResult {
 		}
 	case g.TimedOut:
 		res.Short = "timed out"
-		res.Problem = fmt.Sprintf("timed out after %s (-test.timeout)", r.Timeout)
+		res.Problem = fmt.Sprintf("timed out after %s (-test.timeout, per test)", r.Timeout)
 		if len(g.Unfinished) > 0 {
 			res.Problem += " in " + strings.Join(g.Unfinished, ", ")
 		}
+	case len(g.Unfinished) > 0 && len(g.Panic) > 0:
+		// Each test runs in an invocation of its own: a later one's PASS
+		// does not make up for one that crashed.
+		res.Problem, res.Short = fmt.Sprintf("crashed in %s: %s", strings.Join(g.Unfinished, ", "), g.Panic[0]), "crashed"
+	case len(g.Unfinished) > 0:
+		res.Problem, res.Short = fmt.Sprintf("killed in %s (exit %d)", strings.Join(g.Unfinished, ", "), out.RC), "killed"
 	case (out.RC == 124 || out.RC == 137) && g.Final == "":
-		res.Problem, res.Short = fmt.Sprintf("killed (exit %d) by the per-binary timeout", out.RC), "killed"
+		res.Problem, res.Short = fmt.Sprintf("killed (exit %d) by the per-test timeout", out.RC), "killed"
 	case len(g.Panic) > 0 && g.Final == "":
 		res.Problem, res.Short = "crashed: "+g.Panic[0], "crashed"
 	case res.Failed > 0 || slices.ContainsFunc(g.Tests, func(t TestCase) bool { return t.Status == statusFail }):

@@ -23,11 +23,11 @@ func TestJudge(t *testing.T) {
 	}{
 		{"pass", out(0, true, pass), "", true, ""},
 		{"failed test", out(1, true, "=== RUN   TestA\n    a_test.go:1: boom\n--- FAIL: TestA (0.10s)\nFAIL"), "", false, "1 failed: TestA"},
-		{"crash", out(2, true, "=== RUN   TestA\npanic: runtime error: index out of range\n\ngoroutine 7"), "", false, "crashed: panic: runtime error"},
+		{"crash", out(2, true, "=== RUN   TestA\npanic: runtime error: index out of range\n\ngoroutine 7"), "", false, "crashed in TestA: panic: runtime error"},
 		// A child process's crash that the test printed: the binary went on.
 		{"child crashed", out(1, true, "=== RUN   TestA\nfatal error: all goroutines are asleep - deadlock!\n\ngoroutine 1 [select (no cases)]:\n    a_test.go:3: child died\n--- FAIL: TestA (0.10s)\n=== RUN   TestB\n--- PASS: TestB (0.10s)\nFAIL"), "", false, "1 failed: TestA"},
-		{"go timeout", out(2, true, "=== RUN   TestA\npanic: test timed out after 5m0s"), "", false, "timed out after 5m0s (-test.timeout) in TestA"},
-		{"killed", out(137, true, "=== RUN   TestA"), "", false, "killed (exit 137)"},
+		{"go timeout", out(2, true, "=== RUN   TestA\npanic: test timed out after 5m0s"), "", false, "timed out after 5m0s (-test.timeout, per test) in TestA"},
+		{"killed", out(137, true, "=== RUN   TestA"), "", false, "killed in TestA (exit 137)"},
 		{"exit code only", out(1, true, pass), "", false, "exit 1 with no failed test"},
 		{"no verdict", out(0, true, "=== RUN   TestA\n--- PASS: TestA (0.10s)"), "", false, "no PASS line"},
 		{"no tests", out(0, true, "testing: warning: no tests to run\nPASS"), "", false, "no tests ran"},

@@ -46,12 +46,18 @@ prefix() {
 	done
 }
 
-# run <id> <package dir> <binary> <hook order|default> <timeout s> [test flags...]
-# Go's -test.timeout makes a hung test panic with its stack; timeout(1)
-# kills the binary 30 s later if even that does not end it.
+# run <id> <package dir> <binary> <hook order|default> <timeout s> <tests> [skipped tests...]
+# Each top-level test runs in an invocation of its own, with its own
+# -test.timeout: a test that hangs is reported as that test (Go's timeout
+# panic names it) and the run goes on with the next, instead of the
+# guest's deadline ending the run and every run after it. timeout(1)
+# kills the binary 30 s later if even the panic does not end it. <tests>
+# is a space-separated list, or - for every test the binary lists.
 run() {
-	id=$1 dir=$2 bin=$3 hook=$4 secs=$5
-	shift 5
+	id=$1 dir=$2 bin=$3 hook=$4 secs=$5 tests=$6
+	shift 6
+	skip=" $* "
+	lst=$rcf.list
 	echo "$M begin $id"
 	echo 255 >"$rcf"
 	(
@@ -59,9 +65,36 @@ run() {
 		if [ "$hook" != default ]; then
 			export %s="$hook"
 		fi
-		$timeout -s KILL $((secs + 30)) "$root/bin/$bin" -test.v -test.count=1 -test.timeout="${secs}s" "$@" 2>&1
-		echo $? >"$rcf"
-	) | prefix "$id"
+		if [ "$tests" = - ]; then
+			$timeout -s KILL "$secs" "$root/bin/$bin" -test.list . >"$lst" 2>&1 </dev/null || {
+				prefix "$id" <"$lst"
+				exit
+			}
+		else
+			printf '%%s\n' $tests >"$lst"
+		fi
+		echo 0 >"$rcf"
+		while IFS= read -r t; do
+			case "$t" in
+			Test* | Fuzz* | Example*) ;;
+			Benchmark*) continue ;;
+			*)
+				printf '%%s\n' "$t" | prefix "$id"
+				continue
+				;;
+			esac
+			case "$skip" in *" $t "*) continue ;; esac
+			# Each invocation through prefix of its own: its last line
+			# ends there even without a newline.
+			{
+				$timeout -s KILL $((secs + 30)) "$root/bin/$bin" -test.v -test.count=1 -test.timeout="${secs}s" -test.run="^$t\$" </dev/null 2>&1
+				rc=$?
+				if [ $rc -ne 0 ]; then
+					echo $rc >"$rcf"
+				fi
+			} | prefix "$id"
+		done <"$lst"
+	)
 	echo "$M end $id rc=$(cat "$rcf")"
 }
 
@@ -71,17 +104,18 @@ echo "$M kernel $(uname -r)"
 		if r.SameAs != "" {
 			continue
 		}
-		args := []string{"run", shQuote(r.ID), shQuote(r.Pkg.Dir), shQuote(r.Pkg.Binary), shQuote(r.Hook),
-			fmt.Sprint(int(r.Timeout.Seconds()))}
-		if p := r.RunPattern(); p != "" {
-			args = append(args, shQuote("-test.run="+p))
+		tests := "-"
+		if len(r.Only) > 0 {
+			tests = strings.Join(r.Only, " ")
 		}
-		if p := r.SkipPattern(); p != "" {
-			args = append(args, shQuote("-test.skip="+p))
+		args := []string{"run", shQuote(r.ID), shQuote(r.Pkg.Dir), shQuote(r.Pkg.Binary), shQuote(r.Hook),
+			fmt.Sprint(int(r.Timeout.Seconds())), shQuote(tests)}
+		for _, s := range r.Skips {
+			args = append(args, shQuote(s.Test))
 		}
 		b.WriteString(strings.Join(args, " ") + "\n")
 	}
-	b.WriteString("rm -f \"$rcf\"\necho \"$M done\"\n")
+	b.WriteString("rm -f \"$rcf\" \"$rcf.list\"\necho \"$M done\"\n")
 	return b.String()
 }
 

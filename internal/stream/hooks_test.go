@@ -108,6 +108,14 @@ func TestHooksInUse(t *testing.T) {
 	}
 	defer tr.Close()
 	t.Logf("state in %s", tr.StateStorage())
+	// Where the per-connection state lives depends on the hook types that
+	// attached (socket storage for BTF-typed ones, from 5.11): the matrix
+	// shows it as a row of its hook table.
+	storage := "map"
+	if strings.HasPrefix(tr.StateStorage(), "socket storage") {
+		storage = "socket_storage"
+	}
+	t.Logf("HOOKS capability=stream point=state_storage kind=%s", storage)
 	for _, p := range tr.HookPoints() {
 		bpftest.LogHooks(t, "stream", p.Name, p.Choice)
 		if p.Choice.Closer == nil && !p.Optional {
