@@ -105,21 +105,20 @@ type Only struct {
 
 // hookRunOnly: forced runs of these packages take a fixed core, so that
 // the matrix does not grow with every test the suites gain (each stream
-// test loads the probe, 5-8 s under emulation, for each of 3 kernels and 4
-// forced types).
+// test loads the probe, 8-10 s under emulation with three guests at once,
+// for each of 3 kernels and 4 forced types).
 var hookRunOnly = []Only{
 	{Dir: "internal/stream", Tests: []string{
-		"TestHooksInUse",                          // what attached at each point (HOOKS lines)
-		"TestSSEStreamIsMeasuredExactly",          // every stamp and byte, from the send and state hooks
-		"TestEverySendSyscall",                    // write, writev, sendto, sendmsg through the send hook
-		"TestPartialWritesAreJudgedByWhatWasSent", // the bytes a send hook says were sent
-		"TestPeekedRequestIsCapturedOnce",         // the receive hooks
-		"TestClientAbortEndsThePartialStream",     // the state hook ending a stream mid-response
-		"TestEarlyCloseMakesNoGhostStream",        // the send hook's report against the client's FIN
-	}, Reason: "the tests of what differs between hook types: the send, receive and state hooks, and the order of " +
-		"the send hook's report against the state hook. HTTP framing tests (interim heads, pipelining, close-delimited " +
-		"bodies, gathered terminators, port lists...) run the same BPF parser on the same syscall buffers whichever " +
-		"hook fed it, and TestEveryHookType tries every type alone itself, with the state in socket storage and in the map"},
+		"TestHooksInUse",                      // what attached at each point (HOOKS lines)
+		"TestSSEStreamIsMeasuredExactly",      // every stamp and byte, from the ready, send and state hooks
+		"TestPeekedRequestIsCapturedOnce",     // the receive hooks
+		"TestClientAbortEndsThePartialStream", // the state hook ending a stream mid-response
+		"TestEarlyCloseMakesNoGhostStream",    // the send hook's report against the client's FIN
+	}, Reason: "the tests of what differs between hook types: the ready, receive, send and state hooks, and the order of " +
+		"the send hook's report against the state hook. The syscall variants, partial writes and HTTP framing (interim " +
+		"heads, pipelining, close-delimited bodies, gathered terminators, port lists...) read the same syscall buffers " +
+		"through the same BPF code whichever hook fed it, and run in the default run on every kernel; TestEveryHookType " +
+		"tries every type alone itself, with the state in socket storage and in the map"},
 }
 
 const ownOrder = "tries each hook type alone itself (cfg.HookOrder), so TOKENWIRE_HOOK_ORDER changes nothing: the default run covers every type"
