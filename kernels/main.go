@@ -188,7 +188,7 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 		QemuVersion: QemuVersion(), QemuCommand: QemuCommandLine(),
 		Host: fmt.Sprintf("this machine: Linux %s, %d cores", hostRelease(), runtime.NumCPU()),
 		Jobs: o.jobs, Cores: runtime.NumCPU(), Hooks: Hooks(), Rows: rows,
-		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), HookRunOnly: OnlyOf(pkgs),
+		Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), HookRunOnly: OnlyOf(hookRunOnly, pkgs), GuestOnly: OnlyOf(guestOnly, pkgs),
 	}
 	m.Commit, m.Dirty = gitCommit()
 	for _, p := range pkgs {

@@ -85,6 +85,10 @@ func (m *Matrix) Markdown() string {
 		fmt.Fprintf(&b, "The forced-hook runs of %s take only %s; its other tests run in the default run. Why: %s.\n\n",
 			o.Dir, strings.Join(o.Tests, ", "), o.Reason)
 	}
+	for _, o := range m.GuestOnly {
+		fmt.Fprintf(&b, "In the guests, %s runs only %s; the native row runs all its tests. Why: %s.\n\n",
+			o.Dir, strings.Join(o.Tests, ", "), o.Reason)
+	}
 
 	var skipped []string
 	for _, r := range m.Rows {

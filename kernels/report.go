@@ -36,8 +36,11 @@ type Matrix struct {
 	// HookRunOnly lists the packages whose forced-hook runs take only
 	// some of their tests.
 	HookRunOnly []Only `json:"forced_hook_runs_only"`
-	Cells       int    `json:"cells"`
-	Failed      int    `json:"failed_cells"`
+	// GuestOnly lists the packages whose runs in the guests take only
+	// some of their tests.
+	GuestOnly []Only `json:"guest_runs_only"`
+	Cells     int    `json:"cells"`
+	Failed    int    `json:"failed_cells"`
 }
 
 // Cell finds the run of capability c under hook h in row r.
