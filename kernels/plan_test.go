@@ -61,6 +61,9 @@ func TestBuildPlan(t *testing.T) {
 	if r := ids["default/xdp"]; !slices.Contains(names(r.Skips), "TestInterfaceDisappears") || slices.Contains(names(r.Skips), "TestFrames") {
 		t.Errorf("default/xdp skips %v", names(r.Skips))
 	}
+	if last := guest[len(guest)-1]; last.ID != "default/receiver" {
+		t.Errorf("the guests' last run is %s, want default/receiver", last.ID)
+	}
 	native := BuildPlan(pkgs, false, time.Minute)
 	for _, r := range native {
 		for _, s := range r.Skips {
