@@ -111,20 +111,25 @@ static __always_inline void capture_from(const struct sock *sk, struct stream_st
 	struct payload_buf *b = payload_start(sk, st, TW_REC_REQUEST, 0, ret);
 	if (!b)
 		return;
+	/* Whole slices first, at a constant size, then the rest in one slice
+	 * of a variable size. A variable size in the loop made the verifier
+	 * track off precisely through it, so it walked the loop body once
+	 * per slice and path, not once: with 64 KiB to capture, the receive
+	 * program outgrew the 1M instructions the verifiers of 5.10 and 6.1
+	 * walk, and lost request capture there. request_capture_max is a
+	 * constant at load: the verifier walks only the slices it allows. */
 	__u32 off = 0;
-	for (int i = 0; i < REQ_SLICES; i++) {
-		/* request_capture_max is a constant at load: the verifier walks
-		 * only the slices it allows, not all REQ_SLICES (with the TLS
-		 * paths beside it, the receive program outgrew the 1M
-		 * instructions the verifiers of 5.10 and 6.1 walk). */
-		if (off >= n || i * TW_REQ_SLICE >= request_capture_max)
+	for (int i = 0; i < REQ_SLICES - 1; i++) {
+		if (n - off <= TW_REQ_SLICE || (i + 1) * TW_REQ_SLICE >= request_capture_max)
 			break;
-		__u32 k = n - off > TW_REQ_SLICE ? TW_REQ_SLICE : n - off;
 		b->h.offset = st->req_captured + off;
-		if (payload_send(b, buf + off, k))
-			break;
-		off += k;
+		if (payload_send(b, buf + off, TW_REQ_SLICE))
+			goto done;
+		off += TW_REQ_SLICE;
 	}
+	b->h.offset = st->req_captured + off;
+	payload_send(b, buf + off, n - off > TW_REQ_SLICE ? TW_REQ_SLICE : n - off);
+done:
 	st->req_captured += ret;
 }
 
