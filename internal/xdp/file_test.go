@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
 )
 
 // fileFilter loads a filter reading the blocklist file (written with
@@ -108,6 +110,11 @@ func TestReloadFileRefusals(t *testing.T) {
 // and line, before any interface is looked at (the interface named does
 // not exist, so a wrong success could not attach anything either).
 func TestFileRefusedAtStart(t *testing.T) {
+	// Open creates the table maps before it reads the file: it needs BPF,
+	// and on 5.10, where maps count against RLIMIT_MEMLOCK, the raised
+	// limit that bpftest.Require sets (the test ran only after another
+	// test of the process had set it).
+	bpftest.Require(t)
 	path := filepath.Join(t.TempDir(), "blocklist.txt")
 	writeAtomic(t, path, "192.0.2.0/24\n\n2001:db8::/16\n")
 	_, err := Open(Config{Interfaces: []string{"tw-none0"}, BlocklistFile: path})
