@@ -26,19 +26,32 @@ type TLSConfig struct {
 	// Report is called once per distinct outcome per TLS library or
 	// executable: probed, or not and why.
 	Report func(tlsprobe.Target)
+	// Select, when set, says which processes may be probed (pid and
+	// executable name).
+	Select func(pid uint32, exe string) bool
+	// Kinds are the kinds of TLS file to probe; nil: all.
+	Kinds []tlsprobe.Kind
 }
 
 // DefaultTLSScanInterval is TLSConfig.ScanInterval's default.
 const DefaultTLSScanInterval = 5 * time.Second
 
-// tlsState is the tracer's TLS part: the loaded uprobe programs and the
-// manager that attaches them.
+// tlsState is the tracer's TLS part: the manager that attaches the
+// uprobes, and their programs once loaded.
 type tlsState struct {
-	progs   []*ebpf.Program
 	manager *tlsprobe.Manager
-	err     error // why TLS plaintext is off, when it was asked for
 	stop    sync.Once
 	stopErr error
+
+	mu    sync.Mutex // guards progs and err, set from the manager's goroutine
+	progs []*ebpf.Program
+	err   error // why TLS plaintext is off, when it was asked for
+}
+
+func (s *tlsState) setErr(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
 }
 
 // tlsPrograms names the uprobe programs in the collection.
@@ -48,14 +61,33 @@ var tlsPrograms = []string{
 	bpf.StreamProgTwTlsGoRd, bpf.StreamProgTwTlsGoRdret, bpf.StreamProgTwTlsGoWr, bpf.StreamProgTwTlsGoWrret,
 }
 
-// startTLS loads the uprobe programs against the tracer's maps and starts
-// the manager that attaches them. A failure leaves streams running, their
-// TLS opaque; TLSError says why.
+// startTLS starts the manager that attaches the uprobe programs, which
+// are loaded against the tracer's maps when the first TLS library is to
+// be probed. A failure leaves streams running, their TLS opaque; TLSError
+// says why.
 func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) {
 	// uprobe_multi links (Linux 6.6+) detach far faster than one
 	// perf-event link per probed instruction; programs are loaded for the
 	// one or the other.
 	multi := features.HaveBPFLinkUprobeMulti() == nil && !cfg.tlsPerfLinks
+	m, err := tlsprobe.Start(tlsprobe.Config{
+		Ports:        cfg.Ports,
+		ScanInterval: cmpDuration(cfg.TLS.ScanInterval, DefaultTLSScanInterval),
+		Programs:     func() (*tlsprobe.Programs, error) { return t.loadTLS(spec, maps, multi) },
+		Multi:        multi,
+		Procs:        t.maps.TwStTlsProcs,
+		Report:       cfg.TLS.Report,
+		Select:       cfg.TLS.Select,
+		Kinds:        cfg.TLS.Kinds,
+	})
+	t.tls.manager = m
+	if err != nil {
+		t.tls.setErr(fmt.Errorf("looking for TLS servers: %w", err))
+	}
+}
+
+// loadTLS loads the uprobe programs (for uprobe_multi links when multi).
+func (t *Tracer) loadTLS(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, multi bool) (*tlsprobe.Programs, error) {
 	attachType := ebpf.AttachNone
 	if multi {
 		attachType = ebpf.AttachTraceUprobeMulti
@@ -64,32 +96,23 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 	for i, name := range tlsPrograms {
 		p, err := loadProgram(spec, maps, name, attachType)
 		if err != nil {
-			t.tls.err = fmt.Errorf("loading the TLS uprobes: %w", err)
-			for _, p := range t.tls.progs {
+			for _, p := range progs[:i] {
 				p.Close()
 			}
-			t.tls.progs = nil
-			return
+			err = fmt.Errorf("loading the TLS uprobes: %w", err)
+			t.tls.setErr(err)
+			return nil, err
 		}
 		progs[i] = p
-		t.tls.progs = append(t.tls.progs, p)
 	}
-	m, err := tlsprobe.Start(tlsprobe.Config{
-		Ports:        cfg.Ports,
-		ScanInterval: cmpDuration(cfg.TLS.ScanInterval, DefaultTLSScanInterval),
-		Programs: tlsprobe.Programs{
-			Read: progs[0], ReadEx: progs[1], ReadRet: progs[2],
-			Write: progs[3], WriteEx: progs[4], WriteRet: progs[5],
-			GoRead: progs[6], GoReadRet: progs[7], GoWrite: progs[8], GoWriteRet: progs[9],
-		},
-		Multi:  multi,
-		Procs:  t.maps.TwStTlsProcs,
-		Report: cfg.TLS.Report,
-	})
-	t.tls.manager = m
-	if err != nil {
-		t.tls.err = fmt.Errorf("looking for TLS servers: %w", err)
-	}
+	t.tls.mu.Lock()
+	t.tls.progs = progs
+	t.tls.mu.Unlock()
+	return &tlsprobe.Programs{
+		Read: progs[0], ReadEx: progs[1], ReadRet: progs[2],
+		Write: progs[3], WriteEx: progs[4], WriteRet: progs[5],
+		GoRead: progs[6], GoReadRet: progs[7], GoWrite: progs[8], GoWriteRet: progs[9],
+	}, nil
 }
 
 func cmpDuration(d, def time.Duration) time.Duration {
@@ -127,9 +150,12 @@ func (t *Tracer) stopTLS() error {
 		if t.tls.manager != nil {
 			errs = append(errs, t.tls.manager.Close())
 		}
+		t.tls.mu.Lock()
+		defer t.tls.mu.Unlock()
 		for _, p := range t.tls.progs {
 			errs = append(errs, p.Close())
 		}
+		t.tls.progs = nil
 		t.tls.stopErr = errors.Join(errs...)
 	})
 	return t.tls.stopErr
@@ -137,7 +163,11 @@ func (t *Tracer) stopTLS() error {
 
 // TLSError says why TLS streams are not read as plaintext although that
 // was asked for (nil: they are, where a library is probed).
-func (t *Tracer) TLSError() error { return t.tls.err }
+func (t *Tracer) TLSError() error {
+	t.tls.mu.Lock()
+	defer t.tls.mu.Unlock()
+	return t.tls.err
+}
 
 // TLSTargets returns the TLS libraries probed, or found unprobeable, in
 // the running processes that serve watched ports.
@@ -148,6 +178,19 @@ func (t *Tracer) TLSTargets() []tlsprobe.Target {
 	return t.tls.manager.Targets()
 }
 
-// TLSPrograms returns the loaded TLS uprobe programs, for measuring their
-// cost.
-func (t *Tracer) TLSPrograms() []*ebpf.Program { return t.tls.progs }
+// TLSFailures returns the TLS probe failures so far, by reason and
+// library (none when TLS plaintext is off).
+func (t *Tracer) TLSFailures() map[tlsprobe.Failure]uint64 {
+	if t.tls.manager == nil {
+		return nil
+	}
+	return t.tls.manager.Failures()
+}
+
+// TLSPrograms returns the TLS uprobe programs, for measuring their cost:
+// none until a TLS library was to be probed.
+func (t *Tracer) TLSPrograms() []*ebpf.Program {
+	t.tls.mu.Lock()
+	defer t.tls.mu.Unlock()
+	return t.tls.progs
+}

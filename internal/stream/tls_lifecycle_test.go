@@ -149,7 +149,24 @@ func TestTLSServerKilledMidStream(t *testing.T) {
 	if err := tr.maps.TwStTlsProcs.Lookup(uint32(pid), &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("tw_st_tls_procs still has the dead process: %v", err)
 	}
-	leftovers(t, base, perf, events)
+	// The uprobe programs, loaded when the server was first probed, stay
+	// with the tracer until Close; nothing attached to the dead process
+	// may.
+	var objs bpftest.Objects
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if objs, err = base.Ours(); err != nil || objs.Links == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || objs.Links != 0 || len(objs.Maps) != 0 || len(objs.Programs) != len(tr.TLSPrograms()) {
+		t.Errorf("left behind: %v (%v); the tracer holds %d uprobe programs", objs, err, len(tr.TLSPrograms()))
+	}
+	if n := perfEventFDs(t); n != perf {
+		t.Errorf("%d perf event descriptors, %d before", n, perf)
+	}
+	if now := uprobeEvents(); now != events {
+		t.Errorf("tracefs uprobe events now %q, before %q", now, events)
+	}
 	ends := completed(rec.ends(t, 1))
 	if len(ends) != 1 || !ends[0].Stats.TLS() || ends[0].Stats.Chunks == 0 ||
 		!strings.Contains("reset close client_closed", ends[0].Reason.String()) {

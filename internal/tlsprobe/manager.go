@@ -18,7 +18,7 @@ package tlsprobe
 import (
 	"errors"
 	"fmt"
-	"os"
+	"maps"
 	"sync"
 	"time"
 
@@ -34,10 +34,12 @@ type Target struct {
 	Path    string // as the process names it
 	Library Library
 	Version string // Go: the toolchain that built it
-	// Probed: its uprobes are attached. Otherwise Err says why not, and
-	// the process's TLS streams are timed from record headers (opaque).
+	// Probed: its uprobes are attached. Otherwise Err says why not,
+	// Reason sums it up, and the process's TLS streams are timed from
+	// record headers (opaque).
 	Probed bool
 	Err    error
+	Reason Reason
 }
 
 // Config says which processes to probe and with what.
@@ -47,8 +49,10 @@ type Config struct {
 	// ScanInterval is how often /proc is scanned for new listeners and
 	// exited processes (at least 100 ms).
 	ScanInterval time.Duration
-	// Programs are the uprobe programs to attach.
-	Programs Programs
+	// Programs loads the uprobe programs to attach, when the first
+	// library is to be probed (a host with none loads nothing). The
+	// Manager calls it once and does not close what it returns.
+	Programs func() (*Programs, error)
 	// Multi attaches them with uprobe_multi links (Linux 6.6+; the
 	// programs loaded for it), which detach in a fraction of the time
 	// perf-event links take, one per probed instruction.
@@ -60,6 +64,11 @@ type Config struct {
 	// library probed; one that cannot be, and why), from the Manager's
 	// goroutine.
 	Report func(Target)
+	// Select, when set, says which processes may be probed, by pid and
+	// executable name; the others' TLS stays opaque.
+	Select func(pid uint32, exe string) bool
+	// Kinds are the kinds of file to probe; nil: all of them.
+	Kinds []Kind
 }
 
 // Manager attaches and detaches the TLS uprobes as processes come and go.
@@ -73,8 +82,13 @@ type Manager struct {
 	closeErr error
 	once     sync.Once
 
-	mu       sync.Mutex // guards procs for Targets
+	progs    *Programs // loaded on first need
+	progsErr error
+
+	mu       sync.Mutex // guards procs for Targets, and failures
 	procs    map[uint32]*process
+	failures map[Failure]uint64
+	kinds    map[Kind]bool
 	seen     map[uint32]uint64 // pid -> start time: looked into already
 	reported map[string]bool
 }
@@ -89,14 +103,21 @@ type process struct {
 // Start scans for the processes to probe, probes them, and keeps doing so
 // until Close.
 func Start(cfg Config) (*Manager, error) {
-	if cfg.Procs == nil {
-		return nil, errors.New("tlsprobe: no process map")
+	if cfg.Procs == nil || cfg.Programs == nil {
+		return nil, errors.New("tlsprobe: no process map or programs")
 	}
 	cfg.ScanInterval = max(cfg.ScanInterval, 100*time.Millisecond)
 	m := &Manager{
 		cfg: cfg, ports: map[uint16]bool{}, discover: make(chan uint32, 64),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		procs: map[uint32]*process{}, seen: map[uint32]uint64{}, reported: map[string]bool{},
+		failures: map[Failure]uint64{}, kinds: map[Kind]bool{},
+	}
+	if cfg.Kinds == nil {
+		cfg.Kinds = Kinds
+	}
+	for _, k := range cfg.Kinds {
+		m.kinds[k] = true
 	}
 	for _, p := range cfg.Ports {
 		m.ports[p] = true
@@ -180,34 +201,70 @@ func (m *Manager) probe(pid uint32, discovered bool) {
 		m.drop(pid) // an earlier process with this pid
 	}
 	p := &process{start: start}
-	for _, t := range m.targetsOf(pid) {
-		if t.Err == nil && t.plan != nil {
-			links, err := attach(&m.cfg.Programs, m.cfg.Multi, t.file, pid, t.plan)
-			if err == nil {
-				p.links = append(p.links, links...)
-				t.Probed = true
-			} else {
-				t.Err = err
-			}
+	if m.cfg.Select != nil && !m.cfg.Select(pid, exeName(pid)) {
+		if !discovered {
+			return // looked at only when the kernel sees it do TLS
 		}
-		if t.Err == nil && !t.Probed {
-			continue
-		}
-		p.targets = append(p.targets, t.Target)
+		p.targets = append(p.targets, Target{PID: pid, Path: exePath(pid), Library: LibUnknown, Err: errExcluded, Reason: ReasonExcluded})
+	} else {
+		p.targets = m.probeTargets(pid, p)
 	}
 	if len(p.targets) == 0 {
 		if !discovered {
 			return // a plaintext server
 		}
-		p.targets = append(p.targets, Target{PID: pid, Path: exePath(pid), Library: LibUnknown, Err: errNoTLS})
+		p.targets = append(p.targets, Target{PID: pid, Path: exePath(pid), Library: LibUnknown, Err: errNoTLS, Reason: ReasonNoLibrary})
 	}
 	m.mu.Lock()
 	m.procs[pid] = p
+	for _, t := range p.targets {
+		if !t.Probed && t.Reason != ReasonExcluded {
+			m.failures[Failure{t.Reason, t.Library}]++
+		}
+	}
 	m.mu.Unlock()
 	m.mark(pid, p)
 	for _, t := range p.targets {
 		m.report(t)
 	}
+}
+
+// probeTargets attaches the uprobes to pid's TLS files, adding their
+// links to p, and returns what became of each TLS file.
+func (m *Manager) probeTargets(pid uint32, p *process) []Target {
+	var out []Target
+	for _, t := range m.targetsOf(pid) {
+		if t.Err == nil && t.plan != nil {
+			if t.Err = m.loadPrograms(); t.Err != nil {
+				t.Reason = ReasonLoad
+			}
+		}
+		if t.Err == nil && t.plan != nil {
+			links, err := attach(m.progs, m.cfg.Multi, t.file, pid, t.plan)
+			if err == nil {
+				p.links = append(p.links, links...)
+				t.Probed = true
+			} else {
+				t.Err, t.Reason = err, ReasonAttach
+			}
+		}
+		if t.Err == nil && !t.Probed {
+			continue
+		}
+		out = append(out, t.Target)
+	}
+	return out
+}
+
+// loadPrograms loads the uprobe programs the first time they are needed.
+func (m *Manager) loadPrograms() error {
+	if m.progs == nil && m.progsErr == nil {
+		m.progs, m.progsErr = m.cfg.Programs()
+		if m.progsErr == nil && m.progs == nil {
+			m.progsErr = errors.New("no uprobe programs")
+		}
+	}
+	return m.progsErr
 }
 
 // mark tells the kernel how to read pid's TLS.
@@ -230,50 +287,6 @@ func libBits(l Library) uint8 {
 		return uint8(bpf.StreamTwTlsLibTW_TLS_LIB_GO)
 	}
 	return 0
-}
-
-// candidate is a file of a process that may hold a TLS library.
-type candidate struct {
-	Target
-	file string // the path to open and attach, through /proc
-	plan *plan
-}
-
-// targetsOf inspects pid's executable and shared TLS libraries.
-func (m *Manager) targetsOf(pid uint32) []candidate {
-	var out []candidate
-	exe := candidate{Target: Target{PID: pid, Path: exePath(pid)}, file: procPath(pid, "exe")}
-	exe.plan, exe.Err = m.plans.inspect(exe.file, false)
-	out = append(out, exe)
-	libs, err := tlsLibraries(pid)
-	if err != nil {
-		return out
-	}
-	for _, lib := range libs {
-		c := candidate{Target: Target{PID: pid, Path: lib, Library: LibOpenSSL}, file: inRoot(pid, lib)}
-		c.plan, c.Err = m.plans.inspect(c.file, true)
-		out = append(out, c)
-	}
-	for i := range out {
-		c := &out[i]
-		if errors.Is(c.Err, errNoTLS) {
-			c.Err, c.plan = nil, nil // nothing to probe in this file
-		}
-		if c.plan != nil {
-			c.Library, c.Version = c.plan.lib, c.plan.version
-		} else if c.Err != nil && c.Library == "" {
-			c.Library = LibUnknown
-		}
-	}
-	return out
-}
-
-func exePath(pid uint32) string {
-	p, err := os.Readlink(procPath(pid, "exe"))
-	if err != nil {
-		return procPath(pid, "exe")
-	}
-	return p
 }
 
 // report passes t to Config.Report, once per file and outcome.
@@ -318,6 +331,14 @@ func (m *Manager) Targets() []Target {
 		out = append(out, p.targets...)
 	}
 	return out
+}
+
+// Failures returns the probe failures so far, counted once per file per
+// process, by reason and library.
+func (m *Manager) Failures() map[Failure]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.failures)
 }
 
 // Close detaches every uprobe. It may be called more than once.

@@ -1,0 +1,121 @@
+package tlsprobe
+
+import (
+	"errors"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+)
+
+// sleeper starts a process with no TLS library in it.
+func sleeper(t *testing.T) uint32 {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return uint32(cmd.Process.Pid)
+}
+
+// startManager starts a Manager on a port nobody serves, with a process
+// map of its own, recording what it reports.
+func startManager(t *testing.T, cfg Config) (*Manager, *ebpf.Map, func() []Target) {
+	t.Helper()
+	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { procs.Close() })
+	var mu sync.Mutex
+	var reports []Target
+	cfg.Ports, cfg.ScanInterval, cfg.Procs = []uint16{1}, time.Hour, procs
+	cfg.Programs = func() (*Programs, error) { return nil, errors.New("no programs in this test") }
+	cfg.Report = func(tg Target) { mu.Lock(); reports = append(reports, tg); mu.Unlock() }
+	m, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, procs, func() []Target { mu.Lock(); defer mu.Unlock(); return append([]Target(nil), reports...) }
+}
+
+// waitTargets waits until the Manager knows n targets.
+func waitTargets(t *testing.T, m *Manager, n int) []Target {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if tgs := m.Targets(); len(tgs) >= n {
+			return tgs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("targets %+v, want %d", m.Targets(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Processes the kernel saw do TLS with no library the probes know are
+// counted as failures, one per process, reported (and so logged) once
+// per file; the kernel is told to time their TLS from record headers.
+func TestNoLibraryCountedOncePerProcessReportedOncePerFile(t *testing.T) {
+	bpftest.Require(t)
+	m, procs, reports := startManager(t, Config{})
+	a, b := sleeper(t), sleeper(t)
+	m.Discover(a)
+	waitTargets(t, m, 1)
+	m.Discover(a) // again: the same process is not counted twice
+	m.Discover(b)
+	tgs := waitTargets(t, m, 2)
+	for _, tg := range tgs {
+		if tg.Probed || tg.Reason != ReasonNoLibrary || tg.Library != LibUnknown {
+			t.Errorf("target %+v: want unprobed, no_library, unknown", tg)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the second Discover of a
+	if got := m.Failures(); len(got) != 1 || got[Failure{ReasonNoLibrary, LibUnknown}] != 2 {
+		t.Errorf("failures %v, want 2 no_library", got)
+	}
+	if r := reports(); len(r) != 1 {
+		t.Errorf("reports %+v, want one: both processes run the same file", r)
+	}
+	var v bpf.StreamTwTlsProc
+	if err := procs.Lookup(a, &v); err != nil || v.State != uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE) {
+		t.Errorf("kernel's entry for %d: %+v (%v), want unprobeable", a, v, err)
+	}
+}
+
+// A process the configuration leaves out is excluded, not a failure, and
+// its files are not read.
+func TestExcludedProcessIsNoFailure(t *testing.T) {
+	bpftest.Require(t)
+	m, procs, _ := startManager(t, Config{Select: func(_ uint32, exe string) bool { return exe != "sleep" }})
+	a := sleeper(t)
+	m.Discover(a)
+	tgs := waitTargets(t, m, 1)
+	if tgs[0].Reason != ReasonExcluded || tgs[0].Probed {
+		t.Errorf("target %+v: want excluded", tgs[0])
+	}
+	if got := m.Failures(); len(got) != 0 {
+		t.Errorf("failures %v, want none", got)
+	}
+	var v bpf.StreamTwTlsProc
+	if err := procs.Lookup(a, &v); err != nil || v.State != uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE) {
+		t.Errorf("kernel's entry for %d: %+v (%v), want unprobeable", a, v, err)
+	}
+}
+
+func TestInspectReason(t *testing.T) {
+	if _, err := inspect("/nonexistent/libssl.so.3", true); inspectReason(err) != ReasonAccess {
+		t.Errorf("%v: want access", err)
+	}
+	if r := inspectReason(errors.New("has some of the OpenSSL API but no SSL_write")); r != ReasonUnsupported {
+		t.Errorf("got %s, want unsupported", r)
+	}
+}
