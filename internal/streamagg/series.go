@@ -33,21 +33,35 @@ func secondsOf(ds []time.Duration) []float64 {
 	return out
 }
 
-// Mode says how a stream was read: its HTTP heads parsed, or its bytes
-// opaque (TLS, HTTP/2, any other protocol).
+// Mode says how a stream was read: its HTTP heads parsed (from the
+// socket, or from a TLS library's plaintext), or its bytes opaque (TLS no
+// uprobe reads, HTTP/2, any other protocol).
 type Mode uint8
 
 // Modes.
 const (
 	ModeOpaque Mode = iota
 	ModeHTTP
+	ModeTLS // HTTP/1.x over TLS, its plaintext read through uprobes
 )
 
 func (m Mode) String() string {
-	if m == ModeHTTP {
+	switch m {
+	case ModeHTTP:
 		return "http"
+	case ModeTLS:
+		return "tls"
 	}
 	return "opaque"
+}
+
+// overTLS is the mode of a stream read as m whose kernel stats say it was
+// TLS read as plaintext: its HTTP is then tls.
+func (m Mode) overTLS(st *stream.Stats) Mode {
+	if m == ModeHTTP && st.TLS() {
+		return ModeTLS
+	}
+	return m
 }
 
 // SeriesKey is one attribute set of the stream metrics, under one process,
@@ -199,6 +213,7 @@ func (a *Aggregator) count(o *openStream, rec *stream.Record, end bool) {
 	st := &rec.Stats
 	if !o.classified {
 		a.classify(o, st)
+		o.key.Mode = o.key.Mode.overTLS(st)
 	}
 	if o.skip != "" {
 		return
