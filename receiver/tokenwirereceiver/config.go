@@ -160,6 +160,7 @@ func createDefaultConfig() *Config {
 			SeriesExpiry:    15 * time.Minute,
 			Spans:           true,
 			IdleTimeout:     5 * time.Minute,
+			TLS:             defaultStreamsTLS(),
 		},
 		XDP: XDPConfig{
 			Required:      true,

@@ -98,6 +98,8 @@ type StreamsConfig struct {
 	// as vLLM, anthropic, ollama, huggingface.tgi, llama_cpp); without it
 	// a stream in no known format has no provider.
 	Providers map[string]string `mapstructure:"providers"`
+	// TLS says how streams over TLS are read (tls_config.go).
+	TLS StreamsTLSConfig `mapstructure:"tls"`
 }
 
 func (s *StreamsConfig) validate(interval time.Duration) []error {
@@ -128,6 +130,7 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	if s.IdleTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("streams.idle_timeout: must be at least 1s, got %v", s.IdleTimeout))
 	}
+	errs = append(errs, s.TLS.validate()...)
 	if err := streamagg.ValidateRoutes(s.Routes); err != nil {
 		errs = append(errs, fmt.Errorf("streams.routes: %w", err))
 	}

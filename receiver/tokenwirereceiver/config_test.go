@@ -46,7 +46,17 @@ func TestLoadConfig(t *testing.T) {
 					MaxPaths: 10, MaxModels: 5, Spans: false, IdleTimeout: 30 * time.Second,
 					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
 					RequestCapture: 128 << 10, ResponseDetails: false, ClientAddress: false, Providers: map[string]string{"8000": "vllm"},
+					TLS: StreamsTLSConfig{Enabled: true, Libraries: []string{"libssl", "go"},
+						ExcludeProcessNames: []string{"envoy"}, ScanInterval: 30 * time.Second},
 				}
+				return c
+			},
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "tls_off"),
+			want: func() *Config {
+				c := createDefaultConfig()
+				c.Streams.TLS.Enabled = false
 				return c
 			},
 		},
@@ -173,6 +183,14 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},
 		{"small request capture", func(c *Config) { c.Streams.RequestCapture = 512 }, "streams.request_capture_bytes: must be between 1024 and 1048576, got 512"},
 		{"huge request capture", func(c *Config) { c.Streams.RequestCapture = 4 << 20 }, "streams.request_capture_bytes: must be between 1024 and 1048576"},
+		{"short tls scan", func(c *Config) { c.Streams.TLS.ScanInterval = time.Millisecond }, "streams.tls.scan_interval: must be between 100ms and 10m0s, got 1ms"},
+		{"zero tls scan", func(c *Config) { c.Streams.TLS.ScanInterval = 0 }, "streams.tls.scan_interval: must be between 100ms and 10m0s, got 0s"},
+		{"long tls scan", func(c *Config) { c.Streams.TLS.ScanInterval = time.Hour }, "streams.tls.scan_interval: must be between 100ms and 10m0s, got 1h0m0s"},
+		{"unknown tls library", func(c *Config) { c.Streams.TLS.Libraries = []string{"go", "rustls"} }, `streams.tls.libraries[1]: "rustls" is not one of [libssl openssl_static go]`},
+		{"tls library twice", func(c *Config) { c.Streams.TLS.Libraries = []string{"go", "go"} }, `streams.tls.libraries[1]: "go" is listed twice`},
+		{"no tls library", func(c *Config) { c.Streams.TLS.Libraries = []string{} }, "streams.tls.libraries: empty list (set streams.tls.enabled: false to probe none)"},
+		{"tls exclude path", func(c *Config) { c.Streams.TLS.ExcludeProcessNames = []string{"/usr/bin/node"} }, `streams.tls.exclude_process_names[0]: "/usr/bin/node" is not an executable name`},
+		{"tls exclude empty", func(c *Config) { c.Streams.TLS.ExcludeProcessNames = []string{""} }, `streams.tls.exclude_process_names[0]: "" is not an executable name`},
 		{"provider key not a port", func(c *Config) { c.Streams.Providers = map[string]string{"vllm": "vllm"} }, `streams.providers: key "vllm" is not a port (1-65535)`},
 		{"provider port out of range", func(c *Config) { c.Streams.Providers = map[string]string{"70000": "vllm"} }, `streams.providers: key "70000" is not a port`},
 		{"provider port not watched", func(c *Config) { c.Streams.Providers = map[string]string{"9000": "vllm"} }, "streams.providers: port 9000 is not in streams.ports"},
@@ -184,7 +202,9 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"repeated interface", func(c *Config) { c.XDP.Interfaces = []string{"eth0", "eth0"} }, `xdp.interfaces[1]: "eth0" is listed twice`},
 		{"bad xdp mode", func(c *Config) { c.XDP.Interfaces, c.XDP.Mode = []string{"eth0"}, "offload" }, `xdp.mode: "offload" is not one of auto, native, generic`},
 		{"bad blocklist entry", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"10.0.0.0/33"} }, "xdp.blocklist[0]"},
-		{"blocklist prefix too wide", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"192.0.2.0/24", "10.1.2.3/7"} },
+		{"blocklist prefix too wide", func(c *Config) {
+			c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"192.0.2.0/24", "10.1.2.3/7"}
+		},
 			"xdp.blocklist[1]: 10.1.2.3/7 (10.0.0.0/7) is wider than /8"},
 		{"block everything unasked", func(c *Config) { c.XDP.Interfaces, c.XDP.Blocklist = []string{"eth0"}, []string{"::/0"} }, "xdp.blocklist[0]"},
 		{"bad allowlist entry", func(c *Config) { c.XDP.Interfaces, c.XDP.Allowlist = []string{"eth0"}, []string{"not-an-address"} }, "xdp.allowlist[0]"},
@@ -224,4 +244,30 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 	for _, key := range []string{"collection_interval", "ring_buffer_size", "handshake.ports[0]"} {
 		require.True(t, strings.Contains(err.Error(), key), "error %q does not name %s", err, key)
 	}
+}
+
+// TLS plaintext is on by default, for every kind of TLS code the probes
+// know, and probes only the processes the streams filter keeps.
+func TestTLSDefaultsAndSelection(t *testing.T) {
+	cfg := createDefaultConfig()
+	require.True(t, cfg.Streams.TLS.Enabled)
+	require.Equal(t, []string{"libssl", "openssl_static", "go"}, cfg.Streams.TLS.Libraries)
+	require.Equal(t, 5*time.Second, cfg.Streams.TLS.ScanInterval)
+
+	sel := cfg.Streams.probe(nil).Select
+	require.True(t, sel(1, "python3"), "no filter: every process serving a watched port")
+	cfg.Streams.TLS.ExcludeProcessNames = []string{"envoy"}
+	sel = cfg.Streams.probe(nil).Select
+	require.False(t, sel(1, "envoy"))
+	cfg.Streams.Pids, cfg.Streams.ProcessNames = []int{7}, []string{"node"}
+	sel = cfg.Streams.probe(nil).Select
+	require.True(t, sel(7, "python3"), "selected by pid")
+	require.True(t, sel(8, "node"), "selected by name")
+	require.False(t, sel(8, "python3"), "its streams are filtered out: not worth a uprobe")
+
+	cfg.Streams.TLS.Enabled = false
+	require.False(t, cfg.Streams.probe(nil).Enabled)
+	// An empty list is fine when nothing is probed anyway.
+	cfg.Streams.TLS.Libraries = []string{}
+	require.NoError(t, confmap.Validate(cfg))
 }

@@ -36,12 +36,14 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 
 		RequestCaptureBytes: uint32(r.cfg.Streams.RequestCapture),
 		NoResponseBodies:    !r.cfg.Streams.ResponseDetails,
+		TLS:                 r.cfg.Streams.probe(r.reportTLS),
 	})
 	if err != nil {
 		return err
 	}
 	r.streams = tr
-	fields := []zap.Field{zap.Ints("ports", r.cfg.Streams.Ports), zap.String("state", tr.StateStorage())}
+	fields := []zap.Field{zap.Ints("ports", r.cfg.Streams.Ports), zap.String("state", tr.StateStorage()),
+		zap.String("tls", tlsSummary(tr, r.cfg.Streams.TLS.Enabled))}
 	for _, p := range tr.HookPoints() {
 		summary := p.Choice.Summary()
 		if p.Choice.Closer == nil {
@@ -104,6 +106,7 @@ func (r *tokenwireReceiver) registerStreamTelemetry() error {
 			o.Observe(int64(c.Stale), stale)
 			return nil
 		}),
+		r.registerTLSTelemetry(tr),
 		r.telemetry.RegisterReceiverTokenwireStreamsOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(agg.OpenCount()))
 			return nil
@@ -232,9 +235,9 @@ const (
 )
 
 // formatAttr is tokenwire.stream.format for a series: its wire format in
-// http mode; nothing in opaque mode, where no body is read.
+// http and tls modes; nothing in opaque mode, where no body is read.
 func formatAttr(k streamagg.SeriesKey) string {
-	if k.Mode != streamagg.ModeHTTP {
+	if k.Mode == streamagg.ModeOpaque {
 		return ""
 	}
 	return k.Format.String()
@@ -254,8 +257,11 @@ func streamHistogram(s *streamagg.Series, def *histogramDef) *histogram.Histogra
 }
 
 func modeAttr(m streamagg.Mode) metadata.AttributeTokenwireStreamMode {
-	if m == streamagg.ModeHTTP {
+	switch m {
+	case streamagg.ModeHTTP:
 		return metadata.AttributeTokenwireStreamModeHTTP
+	case streamagg.ModeTLS:
+		return metadata.AttributeTokenwireStreamModeTLS
 	}
 	return metadata.AttributeTokenwireStreamModeOpaque
 }

@@ -150,6 +150,7 @@ type AttributeTokenwireStreamMode int
 const (
 	_ AttributeTokenwireStreamMode = iota
 	AttributeTokenwireStreamModeHTTP
+	AttributeTokenwireStreamModeTLS
 	AttributeTokenwireStreamModeOpaque
 )
 
@@ -158,6 +159,8 @@ func (av AttributeTokenwireStreamMode) String() string {
 	switch av {
 	case AttributeTokenwireStreamModeHTTP:
 		return "http"
+	case AttributeTokenwireStreamModeTLS:
+		return "tls"
 	case AttributeTokenwireStreamModeOpaque:
 		return "opaque"
 	}
@@ -167,6 +170,7 @@ func (av AttributeTokenwireStreamMode) String() string {
 // MapAttributeTokenwireStreamMode is a helper map of string to AttributeTokenwireStreamMode attribute value.
 var MapAttributeTokenwireStreamMode = map[string]AttributeTokenwireStreamMode{
 	"http":   AttributeTokenwireStreamModeHTTP,
+	"tls":    AttributeTokenwireStreamModeTLS,
 	"opaque": AttributeTokenwireStreamModeOpaque,
 }
 

@@ -84,13 +84,13 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount++
 			mb.RecordTokenwireStreamBytesDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
+				mb.RecordTokenwireStreamBytesDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeTLS, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			}
 			defaultMetricsCount++
 			allMetricsCount++
 			mb.RecordTokenwireStreamChunksDataPoint(ts, 1, 11, "http.request.method-val", "http.route-val", AttributeTokenwireStreamModeHTTP, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			if tt.name == "reaggregate_set" {
-				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeOpaque, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
+				mb.RecordTokenwireStreamChunksDataPoint(ts, 3, 12, "http.request.method-val-2", "http.route-val-2", AttributeTokenwireStreamModeTLS, WithGenAiRequestModelMetricAttribute("gen_ai.request.model-val"), WithGenAiOperationNameMetricAttribute("gen_ai.operation.name-val"), WithGenAiProviderNameMetricAttribute("gen_ai.provider.name-val"), WithGenAiResponseModelMetricAttribute("gen_ai.response.model-val"), WithTokenwireStreamFormatMetricAttribute("tokenwire.stream.format-val"))
 			}
 			defaultMetricsCount++
 			allMetricsCount++

@@ -39,6 +39,9 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireStreamSeriesOverflow metric.Int64Counter
 	ReceiverTokenwireStreamsOpen          metric.Int64ObservableGauge
 	ReceiverTokenwireStreamsSkipped       metric.Int64Counter
+	ReceiverTokenwireTLSConnections       metric.Int64ObservableCounter
+	ReceiverTokenwireTLSProbeFailures     metric.Int64ObservableCounter
+	ReceiverTokenwireTLSTargets           metric.Int64ObservableGauge
 	ReceiverTokenwireXdpAllowlistEntries  metric.Int64ObservableGauge
 	ReceiverTokenwireXdpBlocklistEntries  metric.Int64ObservableGauge
 	ReceiverTokenwireXdpReloads           metric.Int64ObservableCounter
@@ -136,6 +139,51 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireStreamsOpenCallback(cb
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireStreamsOpen, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireStreamsOpen)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireTLSConnectionsCallback sets callback for observable ReceiverTokenwireTLSConnections metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireTLSConnectionsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireTLSConnections, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireTLSConnections)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireTLSProbeFailuresCallback sets callback for observable ReceiverTokenwireTLSProbeFailures metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireTLSProbeFailuresCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireTLSProbeFailures, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireTLSProbeFailures)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireTLSTargetsCallback sets callback for observable ReceiverTokenwireTLSTargets metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireTLSTargetsCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireTLSTargets, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireTLSTargets)
 	if err != nil {
 		return err
 	}
@@ -282,6 +330,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_streams_skipped",
 		metric.WithDescription("Responses seen on watched ports that are not reported as streams, by reason: not_streamed (one body with Content-Length), no_response (the connection ended first), filtered (process not selected). [Development]"),
 		metric.WithUnit("{response}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireTLSConnections, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_tls_connections",
+		metric.WithDescription("Connections on watched ports that began with a TLS ClientHello, by mode: tls (their process probed: read as plaintext) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]"),
+		metric.WithUnit("{connection}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireTLSProbeFailures, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_tls_probe_failures",
+		metric.WithDescription("TLS libraries (or executables) that could not be probed, counted once per file per process, by reason and library: no_library (the process read TLS on a watched port with no library the probes know: rustls, Java), unsupported (part of the API missing, Go before 1.17, not x86-64), access (its files or /proc entries could not be read), load (the uprobe programs did not load), attach (the kernel refused the uprobes). Their TLS streams stay opaque; each file and reason is logged once. [Development]"),
+		metric.WithUnit("{target}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireTLSTargets, err = builder.meter.Int64ObservableGauge(
+		"otelcol_receiver_tokenwire_tls_targets",
+		metric.WithDescription("TLS libraries (or executables that link one in) in the running processes serving the watched ports, by result: probed (uprobes attached: their TLS streams are read as plaintext, mode tls), excluded (left out by streams.tls: mode opaque) or unprobeable (see receiver_tokenwire_tls_probe_failures: mode opaque); and by library: openssl (the OpenSSL API: OpenSSL 1.1 or 3, BoringSSL), go (crypto/tls) or unknown. [Development]"),
+		metric.WithUnit("{target}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireXdpAllowlistEntries, err = builder.meter.Int64ObservableGauge(

@@ -189,6 +189,52 @@ func AssertEqualReceiverTokenwireStreamsSkipped(t *testing.T, tt *componenttest.
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverTokenwireTLSConnections(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_tls_connections",
+		Description: "Connections on watched ports that began with a TLS ClientHello, by mode: tls (their process probed: read as plaintext) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]",
+		Unit:        "{connection}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_tls_connections")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverTokenwireTLSProbeFailures(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_tls_probe_failures",
+		Description: "TLS libraries (or executables) that could not be probed, counted once per file per process, by reason and library: no_library (the process read TLS on a watched port with no library the probes know: rustls, Java), unsupported (part of the API missing, Go before 1.17, not x86-64), access (its files or /proc entries could not be read), load (the uprobe programs did not load), attach (the kernel refused the uprobes). Their TLS streams stay opaque; each file and reason is logged once. [Development]",
+		Unit:        "{target}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_tls_probe_failures")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualReceiverTokenwireTLSTargets(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_tls_targets",
+		Description: "TLS libraries (or executables that link one in) in the running processes serving the watched ports, by result: probed (uprobes attached: their TLS streams are read as plaintext, mode tls), excluded (left out by streams.tls: mode opaque) or unprobeable (see receiver_tokenwire_tls_probe_failures: mode opaque); and by library: openssl (the OpenSSL API: OpenSSL 1.1 or 3, BoringSSL), go (crypto/tls) or unknown. [Development]",
+		Unit:        "{target}",
+		Data: metricdata.Gauge[int64]{
+			DataPoints: dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_tls_targets")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverTokenwireXdpAllowlistEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_xdp_allowlist_entries",

@@ -1,0 +1,172 @@
+package tokenwirereceiver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/tlsprobe"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
+)
+
+// tlsReceiver is a receiver serving a metrics and a traces pipeline whose
+// self-telemetry the test reads back.
+type tlsReceiver struct {
+	r       *tokenwireReceiver
+	tel     *componenttest.Telemetry
+	metrics *consumertest.MetricsSink
+	traces  *consumertest.TracesSink
+	stop    func()
+}
+
+// tlsConfig watches port for streams, TLS read through uprobes (scanning
+// for servers every 100 ms) unless libraries leaves the server's out.
+func tlsConfig(port int, libraries ...string) *Config {
+	cfg := streamConfig(port, 100*time.Millisecond)
+	cfg.HookPreference = bpftest.HookPreference()
+	cfg.Streams.TLS.ScanInterval = MinTLSScanInterval
+	if libraries != nil {
+		cfg.Streams.TLS.Libraries = libraries
+	}
+	return cfg
+}
+
+func startTLSReceiver(t *testing.T, cfg *Config) *tlsReceiver {
+	t.Helper()
+	s := &tlsReceiver{tel: componenttest.NewTelemetry(), metrics: new(consumertest.MetricsSink), traces: new(consumertest.TracesSink)}
+	t.Cleanup(func() { require.NoError(t, s.tel.Shutdown(context.Background())) })
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = s.tel.NewTelemetrySettings()
+	f := NewFactory()
+	mr, err := f.CreateMetrics(context.Background(), set, cfg, s.metrics)
+	require.NoError(t, err)
+	tr, err := f.CreateTraces(context.Background(), set, cfg, s.traces)
+	require.NoError(t, err)
+	s.r = mr.(*handle).r
+	require.NoError(t, mr.Start(context.Background(), componenttest.NewNopHost()))
+	require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
+	stopped := false
+	s.stop = func() {
+		if !stopped {
+			stopped = true
+			require.NoError(t, mr.Shutdown(context.Background()))
+			require.NoError(t, tr.Shutdown(context.Background()))
+		}
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// waitTarget waits until pid has a TLS target with the result given
+// (probed, excluded, unprobeable) and returns it.
+func (s *tlsReceiver) waitTarget(t *testing.T, pid int, result string) tlsprobe.Target {
+	t.Helper()
+	var found tlsprobe.Target
+	require.Eventually(t, func() bool {
+		for _, tg := range s.r.streams.TLSTargets() {
+			if int(tg.PID) == pid && tlsResult(tg) == result {
+				found = tg
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "pid %d never %s", pid, result)
+	return found
+}
+
+// telemetryPoints reads an int64 self-metric's points, keyed by their
+// attributes ("library=openssl,result=probed"); none when it has none.
+func (s *tlsReceiver) telemetryPoints(t *testing.T, name string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	m, err := s.tel.GetMetric(name)
+	if err != nil {
+		return out // no point observed yet
+	}
+	add := func(set attribute.Set, v int64) {
+		var parts []string
+		for _, kv := range set.ToSlice() {
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
+		}
+		out[strings.Join(parts, ",")] += v
+	}
+	switch d := m.Data.(type) {
+	case metricdata.Gauge[int64]:
+		for _, dp := range d.DataPoints {
+			add(dp.Attributes, dp.Value)
+		}
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			add(dp.Attributes, dp.Value)
+		}
+	default:
+		t.Fatalf("%s is a %T", name, m.Data)
+	}
+	return out
+}
+
+// tlsRun is one request a test client made: when it was sent and when its
+// first event arrived (CLOCK_MONOTONIC through time.Time's monotonic
+// reading): no kernel TTFT of it can be longer than between the two.
+type tlsRun struct {
+	sent, firstEvent time.Time
+}
+
+// chat sends one streamed chat request with client and reads the response
+// to its end, noting when the first SSE event arrived.
+func chat(t *testing.T, client *http.Client, url string) tlsRun {
+	t.Helper()
+	req, err := http.NewRequest("POST", url+"/v1/chat/completions", bytes.NewBufferString(`{"model":"llama-3-8b","stream":true}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	run := tlsRun{sent: time.Now()}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if run.firstEvent.IsZero() && strings.HasPrefix(sc.Text(), "data:") {
+			run.firstEvent = time.Now()
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.False(t, run.firstEvent.IsZero(), "no event")
+	return run
+}
+
+// perfEventFDs counts this process's perf event descriptors (a uprobe
+// attached by a perf-event link holds one).
+func perfEventFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	n := 0
+	for _, e := range entries {
+		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); target == "anon_inode:[perf_event]" {
+			n++
+		}
+	}
+	return n
+}
+
+// uprobeEvents returns the uprobes defined through tracefs (the fallback
+// where the kernel has no uprobe PMU).
+func uprobeEvents() string {
+	b, _ := os.ReadFile("/sys/kernel/tracing/uprobe_events")
+	return string(b)
+}
