@@ -20,9 +20,9 @@ import (
 // own: metrics on a Prometheus endpoint, spans to a file, self-telemetry on
 // another endpoint.
 type collector struct {
-	proc               *teststack.Proc
+	proc                *teststack.Proc
 	metricsURL, selfURL string
-	spans              string // the file exporter's output
+	spans               string // the file exporter's output
 }
 
 // startCollector runs the built collector with receiver (the tokenwire
@@ -55,22 +55,7 @@ service:
     traces:
       receivers: [tokenwire]
       exporters: [file]
-  telemetry:
-    logs:
-      sampling:
-        enabled: false
-    metrics:
-      level: normal
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: %d
-                without_scope_info: true
-                without_units: true
-                without_type_suffix: true
-`, indent(receiver, "    "), metricsPort, c.spans, selfPort)
+`, indent(receiver, "    "), metricsPort, c.spans) + teststack.CollectorTelemetry(selfPort, "normal", "  ")
 	path := filepath.Join(dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -58,21 +58,7 @@ extensions:
   health_check:
     endpoint: 127.0.0.1:%d
 service:
-  telemetry:
-    logs:
-      sampling:
-        enabled: false
-    metrics:
-      readers:
-        - pull:
-            exporter:
-              prometheus:
-                host: 127.0.0.1
-                port: %d
-                without_scope_info: true
-                without_units: true
-                without_type_suffix: true
-`, streamPort, c.PromPort, c.HealthPort, c.TelemetryPort)
+`, streamPort, c.PromPort, c.HealthPort) + teststack.CollectorTelemetry(c.TelemetryPort, "", "  ")
 	pf := filepath.Join(c.Dir, fmt.Sprintf("ports-%d.yaml", streamPort))
 	if err := os.WriteFile(pf, []byte(ports), 0o644); err != nil {
 		return nil, err

@@ -58,13 +58,7 @@ var (
 	outDir        = flag.String("outdir", "bench/results", "where kcost.csv goes")
 )
 
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "kcost:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("kcost", run, nil) }
 
 // sample is one program's runs over one load.
 type sample struct {

@@ -178,23 +178,12 @@ func histIndex(bounds []float64, us float64) int {
 // arriving in [-from, -to) count. The window is given as absolute times by
 // the orchestrator, which reads the CPU counters at the same instants.
 func runLoad(args []string) error {
-	fs := flag.NewFlagSet("load", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:18000", "server address")
-	streams := fs.Int("streams", 500, "concurrent streams")
-	chunks := fs.Int("chunks", 200, "events per stream")
-	interval := fs.Duration("interval", 10*time.Millisecond, "the server's event interval (for the start stagger)")
-	fromFlag := fs.Int64("from", 0, "start of the measured window, Unix ns")
-	toFlag := fs.Int64("to", 0, "end of the measured window, Unix ns")
-	out := fs.String("out", "", "write the JSON result here")
-	fs.Parse(args)
-	if err := benchutil.RaiseNofile(12000); err != nil {
+	a, err := parseLoad("load", args, loadArgs{addr: "127.0.0.1:18000", streams: 500, chunks: 200, interval: 10 * time.Millisecond}, 12000)
+	if err != nil {
 		return err
 	}
-	fromN, toN := *fromFlag, *toFlag
-	from, to := time.Unix(0, fromN), time.Unix(0, toN)
-	if !from.After(time.Now()) || !to.After(from) || time.Until(to) > time.Hour {
-		return fmt.Errorf("window [%v, %v) must start in the future, end after it and within an hour", from, to)
-	}
+	from, to := a.from, a.to
+	fromN, toN := from.UnixNano(), to.UnixNano()
 	window := to.Sub(from)
 	bounds := histBounds()
 
@@ -206,12 +195,12 @@ func runLoad(args []string) error {
 		errs      int
 		firstErr  string
 	}
-	ws := make([]*worker, *streams)
+	ws := make([]*worker, a.streams)
 	var wg sync.WaitGroup
 	// Spread the starts over one stream length (at most the warm-up) so
 	// that streams do not all begin and end in the same millisecond and
 	// the window sees a steady state.
-	stagger := min(time.Duration(*chunks)*(*interval), time.Until(from))
+	stagger := min(time.Duration(a.chunks)*a.interval, time.Until(from))
 	for i := range ws {
 		w := &worker{hist: make([]uint64, len(bounds)+1)}
 		ws[i] = w
@@ -221,7 +210,7 @@ func runLoad(args []string) error {
 			time.Sleep(time.Duration(rand.Int64N(int64(max(stagger, time.Millisecond)))))
 			br := bufio.NewReaderSize(nil, 4096)
 			for time.Now().Before(to) {
-				err := oneStream(*addr, *chunks, br, func(sent time.Time, first bool, now int64, sched int64) {
+				err := oneStream(a.addr, a.chunks, br, func(sent time.Time, first bool, now int64, sched int64) {
 					if first && now >= fromN && now < toN {
 						w.ttft = append(w.ttft, float64(now-sent.UnixNano())/1e6)
 					}
@@ -246,7 +235,7 @@ func runLoad(args []string) error {
 	}
 	wg.Wait()
 
-	res := loadResult{Streams: *streams, WindowSec: window.Seconds(), Hist: make([]uint64, len(bounds)+1)}
+	res := loadResult{Streams: a.streams, WindowSec: window.Seconds(), Hist: make([]uint64, len(bounds)+1)}
 	var lat, ttft []float64
 	for _, w := range ws {
 		lat = append(lat, w.lat...)
@@ -267,8 +256,8 @@ func runLoad(args []string) error {
 	}
 	res.TTFTMs = []float64{benchutil.Percentile(ttft, 0.5), benchutil.Percentile(ttft, 0.99)}
 	b, _ := json.Marshal(res)
-	if *out != "" {
-		return os.WriteFile(*out, b, 0o644)
+	if a.out != "" {
+		return os.WriteFile(a.out, b, 0o644)
 	}
 	fmt.Println(string(b))
 	return nil
@@ -392,4 +381,40 @@ func runIdle(args []string) error {
 	close(stop)
 	wg.Wait()
 	return nil
+}
+
+// loadArgs are what both load subcommands take: the server, how many
+// clients, the stream's length and event interval (for the start
+// stagger), the measured window the orchestrator gives as absolute times,
+// and where the JSON result goes.
+type loadArgs struct {
+	addr            string
+	streams, chunks int
+	interval        time.Duration
+	from, to        time.Time
+	out             string
+}
+
+// parseLoad parses a load subcommand's flags over the defaults def,
+// raises the open-file limit to nofile and checks the window: it starts
+// in the future and ends after it, within an hour.
+func parseLoad(name string, args []string, def loadArgs, nofile uint64) (loadArgs, error) {
+	a := def
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	fs.StringVar(&a.addr, "addr", def.addr, "server address")
+	fs.IntVar(&a.streams, "streams", def.streams, "concurrent clients")
+	fs.IntVar(&a.chunks, "chunks", def.chunks, "events per stream")
+	fs.DurationVar(&a.interval, "interval", def.interval, "the server's event interval (for the start stagger)")
+	fromN := fs.Int64("from", 0, "start of the measured window, Unix ns")
+	toN := fs.Int64("to", 0, "end of the measured window, Unix ns")
+	fs.StringVar(&a.out, "out", "", "write the JSON result here")
+	fs.Parse(args)
+	if err := benchutil.RaiseNofile(nofile); err != nil {
+		return a, err
+	}
+	a.from, a.to = time.Unix(0, *fromN), time.Unix(0, *toN)
+	if !a.from.After(time.Now()) || !a.to.After(a.from) || time.Until(a.to) > time.Hour {
+		return a, fmt.Errorf("window [%v, %v) must start in the future, end after it and within an hour", a.from, a.to)
+	}
+	return a, nil
 }

@@ -65,37 +65,17 @@ var (
 )
 
 func main() {
-	if len(os.Args) > 1 {
-		var err error
-		switch os.Args[1] {
-		case "server":
-			err = runServer(os.Args[2:])
-		case "load":
-			err = runLoad(os.Args[2:])
-		case "pyload":
-			err = runPyLoad(os.Args[2:])
-		case "idle":
-			err = runIdle(os.Args[2:])
-		default:
-			goto orchestrate
-		}
+	benchutil.Main("overhead", func() error {
+		err := orchestrate()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, os.Args[1]+":", err)
-			os.Exit(1)
+			select {
+			case <-interrupted:
+				time.Sleep(2 * teststack.DefaultGrace) // the handler is exiting
+			default:
+			}
 		}
-		return
-	}
-orchestrate:
-	flag.Parse()
-	if err := orchestrate(); err != nil {
-		select {
-		case <-interrupted:
-			time.Sleep(2 * teststack.DefaultGrace) // the handler is exiting
-		default:
-		}
-		fmt.Fprintln(os.Stderr, "overhead:", err)
-		os.Exit(1)
-	}
+		return err
+	}, map[string]func([]string) error{"server": runServer, "load": runLoad, "pyload": runPyLoad, "idle": runIdle})
 }
 
 type env struct {

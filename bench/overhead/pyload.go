@@ -9,7 +9,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -35,22 +34,11 @@ type pyLoadOut struct {
 }
 
 func runPyLoad(args []string) error {
-	fs := flag.NewFlagSet("pyload", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:18001", "server address")
-	streams := fs.Int("streams", 200, "concurrent clients")
-	chunks := fs.Int("chunks", 60, "events per stream (for the start stagger)")
-	interval := fs.Duration("interval", 50*time.Millisecond, "the server's event interval (for the start stagger)")
-	fromFlag := fs.Int64("from", 0, "start of the measured window, Unix ns")
-	toFlag := fs.Int64("to", 0, "end of the measured window, Unix ns")
-	out := fs.String("out", "", "write the JSON result here")
-	fs.Parse(args)
-	if err := benchutil.RaiseNofile(4096); err != nil {
+	a, err := parseLoad("pyload", args, loadArgs{addr: "127.0.0.1:18001", streams: 200, chunks: 60, interval: 50 * time.Millisecond}, 4096)
+	if err != nil {
 		return err
 	}
-	from, to := time.Unix(0, *fromFlag), time.Unix(0, *toFlag)
-	if !from.After(time.Now()) || !to.After(from) || time.Until(to) > time.Hour {
-		return fmt.Errorf("window [%v, %v) must start in the future, end after it and within an hour", from, to)
-	}
+	from, to := a.from, a.to
 	// Go's monotonic clock is CLOCK_MONOTONIC: one pair of readings maps
 	// every time.Time of this process onto it.
 	t0, m0 := time.Now(), teststack.MonotonicNow()
@@ -58,13 +46,13 @@ func runPyLoad(args []string) error {
 	var mu sync.Mutex
 	var res pyLoadOut
 	var wg sync.WaitGroup
-	stagger := min(time.Duration(*chunks)*(*interval), time.Until(from))
-	for w := range *streams {
+	stagger := min(time.Duration(a.chunks)*a.interval, time.Until(from))
+	for w := range a.streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(rand.Int64N(int64(max(stagger, time.Millisecond)))))
-			c := &teststack.SDKClient{SDK: teststack.SDKPython, Addr: *addr, Timeout: time.Duration(*chunks)*(*interval)*10 + 30*time.Second}
+			c := &teststack.SDKClient{SDK: teststack.SDKPython, Addr: a.addr, Timeout: time.Duration(a.chunks)*a.interval*10 + 30*time.Second}
 			defer c.Close()
 			for k := 0; time.Now().Before(to); k++ {
 				model := fmt.Sprintf("w%d-%d", w, k)
@@ -97,7 +85,7 @@ func runPyLoad(args []string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(*out, b, 0o644)
+	return os.WriteFile(a.out, b, 0o644)
 }
 
 // pyLatency joins the clients' arrivals with the server's reports (by

@@ -104,13 +104,7 @@ type step struct {
 	host                     benchutil.HostLoad
 }
 
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "pipeline:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("pipeline", run, nil) }
 
 func run() error {
 	if *memProfile != "" {

@@ -25,13 +25,7 @@ var (
 	analysis   = flag.String("analysis", "bench/ANALYSIS.md", "the hand-written analysis the report links")
 )
 
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("report", run, nil) }
 
 // doc is the report being written.
 type doc struct {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -76,13 +75,7 @@ func openTracer(port uint16, chunkRecords bool) (*stream.Tracer, error) {
 	})
 }
 
-func main() {
-	flag.Parse()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "streams bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchutil.Main("streams bench", run, nil) }
 
 func run() error {
 	if err := rlimit.RemoveMemlock(); err != nil {

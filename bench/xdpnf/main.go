@@ -99,28 +99,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	// Subcommands are this program re-executed inside a namespace.
-	if len(os.Args) > 1 {
-		var err error
-		switch os.Args[1] {
-		case "send":
-			err = runSend(os.Args[2:])
-		case "xdp":
-			err = runXDP(os.Args[2:])
-		default:
-			goto orchestrate
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, os.Args[1]+":", err)
-			os.Exit(1)
-		}
-		return
-	}
-orchestrate:
-	flag.Parse()
-	if err := orchestrate(); err != nil {
-		fmt.Fprintln(os.Stderr, "xdpnf:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("xdpnf", orchestrate, map[string]func([]string) error{"send": runSend, "xdp": runXDP})
 }
 
 func orchestrate() error {

@@ -11,6 +11,10 @@ import (
 
 const replayScript = "servers/replay_server.py"
 
+// pythonCommon is the module the Python servers share (the app, the
+// record, serving on uvicorn).
+const pythonCommon = "servers/asgi_common.py"
+
 //go:embed servers/replay_server.py
 var replaySource []byte
 

@@ -104,6 +104,12 @@ func StartStack(s Stack, opts StackOptions) (*StackServer, error) {
 	if err := os.WriteFile(path, src, 0o644); err != nil {
 		return nil, srv.cleanup(err)
 	}
+	if s.python() { // both Python servers import it from their directory
+		common, _ := files.ReadFile(pythonCommon)
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(pythonCommon)), common, 0o644); err != nil {
+			return nil, srv.cleanup(err)
+		}
+	}
 	env = append(env, opts.env()...)
 	srv.Proc, err = StartProc(ProcOptions{Name: string(s), Dir: dir, Env: env, Lines: true, Grace: 5 * time.Second,
 		LogPath: filepath.Join(dir, string(s)+".log")}, tool, path)

@@ -1,27 +1,17 @@
 package tokenwirereceiver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/collector/component"
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
-	"go.opentelemetry.io/collector/receiver/receivertest"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
@@ -29,99 +19,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/internal/xdp"
-	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
-
-// observed is a receiver (metrics pipeline only) whose self-telemetry and
-// logs the test reads back.
-type observed struct {
-	tel      *componenttest.Telemetry
-	logs     *observer.ObservedLogs
-	metrics  *consumertest.MetricsSink
-	recv     component.Component
-	startErr error
-	stopped  bool
-}
-
-// startObserved creates the receiver, lets seam adjust it, and starts it,
-// inside ns when ns is not nil (XDP looks its interfaces up there). The
-// error of Start is in startErr. Tests that check for leaks must call
-// shutdown themselves: cleanups run after their deferred checks.
-func startObserved(t *testing.T, cfg *Config, ns *bpftest.Netns, seam func(*tokenwireReceiver)) *observed {
-	t.Helper()
-	o := &observed{tel: componenttest.NewTelemetry(), metrics: new(consumertest.MetricsSink)}
-	t.Cleanup(func() { require.NoError(t, o.tel.Shutdown(context.Background())) })
-	set := receivertest.NewNopSettings(metadata.Type)
-	set.TelemetrySettings = o.tel.NewTelemetrySettings()
-	core, logs := observer.New(zapcore.InfoLevel)
-	// Stack traces on error lines, as the collector's logger has them.
-	set.Logger = zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel))
-	o.logs = logs
-	recv, err := NewFactory().CreateMetrics(context.Background(), set, cfg, o.metrics)
-	require.NoError(t, err)
-	if seam != nil {
-		seam(recv.(*handle).r)
-	}
-	o.recv = recv
-	start := func() { o.startErr = recv.Start(context.Background(), componenttest.NewNopHost()) }
-	if ns != nil {
-		ns.Do(t, start)
-	} else {
-		start()
-	}
-	t.Cleanup(func() { o.shutdown(t) })
-	return o
-}
-
-func (o *observed) shutdown(t *testing.T) {
-	if !o.stopped {
-		o.stopped = true
-		require.NoError(t, o.recv.Shutdown(context.Background()))
-	}
-}
-
-// upPoint is one point of otelcol_receiver_tokenwire_capability_up.
-type upPoint struct {
-	up        int64
-	errorType string // "" when the point has no error.type
-}
-
-// capabilityUp reads otelcol_receiver_tokenwire_capability_up through the
-// collector's telemetry reader, by capability.
-func (o *observed) capabilityUp(t *testing.T) map[string]upPoint {
-	t.Helper()
-	m, err := o.tel.GetMetric("otelcol_receiver_tokenwire_capability_up")
-	require.NoError(t, err)
-	g, ok := m.Data.(metricdata.Gauge[int64])
-	require.True(t, ok, "capability_up is a %T", m.Data)
-	out := map[string]upPoint{}
-	for _, dp := range g.DataPoints {
-		c, ok := dp.Attributes.Value(attribute.Key("capability"))
-		require.True(t, ok, "a capability_up point without capability: %v", dp.Attributes)
-		et, _ := dp.Attributes.Value(attribute.Key("error.type"))
-		_, dup := out[c.AsString()]
-		require.False(t, dup, "two capability_up points for %s", c.AsString())
-		out[c.AsString()] = upPoint{up: dp.Value, errorType: et.AsString()}
-	}
-	return out
-}
-
-// errorLogs are the error-level log entries.
-func (o *observed) errorLogs() []observer.LoggedEntry {
-	return o.logs.FilterLevelExact(zapcore.ErrorLevel).All()
-}
-
-// logLine renders an entry the way the collector's console logger does
-// (without its timestamp and caller), for the test log.
-func logLine(e observer.LoggedEntry) string {
-	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level",
-		EncodeLevel: zapcore.LowercaseLevelEncoder})
-	buf, err := enc.EncodeEntry(e.Entry, e.Context)
-	if err != nil {
-		return err.Error()
-	}
-	return strings.TrimSpace(buf.String())
-}
 
 // streamRefusal is a way to make the stream probe fail for real on this
 // kernel, found by trying: the first hook type, cheapest last, that the
@@ -165,19 +63,6 @@ func (sr streamRefusal) seam(r *tokenwireReceiver) {
 	}
 }
 
-func ours(t *testing.T, base *bpftest.Baseline, prefix string) []string {
-	t.Helper()
-	o, err := base.Ours()
-	require.NoError(t, err)
-	var names []string
-	for _, n := range append(o.Programs, o.Maps...) {
-		if strings.HasPrefix(n, prefix) {
-			names = append(names, n)
-		}
-	}
-	return names
-}
-
 // TestStreamProbeDownOthersRun: the stream probe cannot attach; Start
 // succeeds, the handshake probe counts every handshake and the XDP filter
 // every dropped frame, exactly; self-telemetry says stream 0, handshake 1,
@@ -192,15 +77,9 @@ func TestStreamProbeDownOthersRun(t *testing.T) {
 	veth := b.Veth(t).Name
 	ln, port := teststack.AcceptAndClose(t) // its goroutine ends in a cleanup
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
+	base := newBaseline(t)
 
-	cfg := createDefaultConfig()
-	cfg.HookPreference = bpftest.HookPreference()
-	cfg.CollectionInterval = 100 * time.Millisecond
-	cfg.Handshake.Ports = []int{port}
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
+	cfg := probesOnPort(port)
 	cfg.XDP.Interfaces = []string{veth}
 	cfg.XDP.Mode = xdp.ModeGeneric
 	cfg.XDP.Blocklist = []string{a.Addr + "/32"}
@@ -230,8 +109,7 @@ func TestStreamProbeDownOthersRun(t *testing.T) {
 			require.NoError(t, err)
 		}
 	})
-	client := map[string]any{"network.tcp.handshake.role": "client", "server.port": int64(port)}
-	server := map[string]any{"network.tcp.handshake.role": "server", "server.port": int64(port)}
+	client, server := handshakeSeries(port)
 	drop := map[string]any{"network.interface.name": veth, "tokenwire.xdp.action": "drop", "tokenwire.xdp.reason": "blocklist"}
 	require.Eventually(t, func() bool {
 		md := lastEmission(o.metrics)
@@ -286,9 +164,7 @@ func TestStreamProbeDownOthersRun(t *testing.T) {
 	_, streamPoints := sumValue(md, "tokenwire.stream.chunks", nil)
 	require.Zero(t, streamPoints, "stream metrics from a probe that never ran")
 	require.Empty(t, b.Veth(t).XDPProgramIDs(), "Shutdown must detach the XDP filter")
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after Shutdown: %v", after)
+	requireNothingLoaded(t, base, "Shutdown")
 }
 
 // TestRequiredStreamProbe: with streams.required, the same failure fails
@@ -298,8 +174,7 @@ func TestRequiredStreamProbe(t *testing.T) {
 	bpftest.Require(t)
 	refusal := findStreamRefusal(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
+	base := newBaseline(t)
 
 	cfg := createDefaultConfig()
 	cfg.HookPreference = bpftest.HookPreference()
@@ -317,121 +192,8 @@ func TestRequiredStreamProbe(t *testing.T) {
 	require.Len(t, o.logs.FilterMessage("tokenwire handshake probe attached").All(), 1)
 	require.Empty(t, o.errorLogs(), "a failed Start reports through its error, not a 'runs without it' line")
 	o.shutdown(t)
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
+	requireNothingLoaded(t, base, "a failed Start")
 	require.Zero(t, o.metrics.DataPointCount(), "a receiver that failed to start exported data")
-}
-
-// nativeXDPOnLoopback configures the XDP filter on lo in native (driver)
-// mode, which lo's driver does not have: the kernel refuses the attach.
-func nativeXDPOnLoopback(cfg *Config) {
-	cfg.XDP.Interfaces = []string{"lo"}
-	cfg.XDP.Mode = xdp.ModeNative
-}
-
-// TestXDPDownOthersRun: the kernel refuses the XDP filter (xdp.required
-// false); both probes run and count one real stream and its handshakes
-// exactly, and capability_up says why XDP is down.
-func TestXDPDownOthersRun(t *testing.T) {
-	bpftest.Require(t)
-	_, b := bpftest.VethPair(t) // lo of a namespace of our own
-	const streams, events = 3, 5
-	srv := teststack.ServeHTTP(t, sseServer(5*time.Millisecond, 2*time.Millisecond, events))
-	port := srv.Port // the server's goroutine ends in a cleanup
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
-
-	cfg := createDefaultConfig()
-	cfg.HookPreference = bpftest.HookPreference()
-	cfg.CollectionInterval = 100 * time.Millisecond
-	cfg.Handshake.Ports = []int{port}
-	cfg.Streams.Ports = []int{port}
-	cfg.Streams.FlushInterval = 100 * time.Millisecond
-	nativeXDPOnLoopback(cfg)
-	cfg.XDP.Required = false
-	require.NoError(t, cfg.Validate())
-	o := startObserved(t, cfg, &b, nil)
-	require.NoError(t, o.startErr)
-	require.Empty(t, b.Link(t, "lo").XDPProgramIDs())
-
-	httpClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	for range streams {
-		require.NoError(t, teststack.Fetch(httpClient, "GET", srv.URL+"/", ""))
-	}
-	client := map[string]any{"network.tcp.handshake.role": "client", "server.port": int64(port)}
-	server := map[string]any{"network.tcp.handshake.role": "server", "server.port": int64(port)}
-	// The handshakes are counted exactly; of the streams, this test only
-	// needs to see that the stream probe measures them (their exact counts
-	// are the stream tests' job).
-	onPort := map[string]any{"server.port": int64(port)}
-	require.Eventually(t, func() bool {
-		md := lastEmission(o.metrics)
-		cl, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", client)
-		s, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", server)
-		d, _ := histogramCount(md, "gen_ai.server.request.duration", onPort)
-		return cl >= streams && s >= streams && d >= 1
-	}, 5*time.Second, 20*time.Millisecond)
-
-	up := o.capabilityUp(t)
-	require.Equal(t, map[string]upPoint{"stream": {up: 1}, "handshake": {up: 1}, "xdp": {up: 0, errorType: "EOPNOTSUPP"}}, up)
-	errs := o.errorLogs()
-	require.Len(t, errs, 1, "error logs: %v", errs)
-	t.Logf("logged: %s", logLine(errs[0]))
-	require.Equal(t, "tokenwire XDP filter could not start; the receiver runs without it", errs[0].Message)
-	fields := errs[0].ContextMap()
-	require.Equal(t, "xdp", fields["capability"])
-	require.Contains(t, fields["error"], `xdp: attaching to interface "lo" in native mode: `)
-
-	o.shutdown(t)
-	md := lastEmission(o.metrics)
-	for _, attrs := range []map[string]any{client, server} {
-		n, _ := histogramCount(md, "tokenwire.tcp.handshake.duration", attrs)
-		require.EqualValues(t, streams, n, "one handshake per request: %v", attrs)
-	}
-	for _, name := range []string{"gen_ai.server.time_to_first_token", "gen_ai.server.request.duration"} {
-		n, _ := histogramCount(md, name, onPort)
-		require.GreaterOrEqual(t, n, uint64(1), name)
-		require.LessOrEqual(t, n, uint64(streams), name)
-	}
-	chunks, _ := sumValue(md, "tokenwire.stream.chunks", onPort)
-	require.Positive(t, chunks)
-	_, xdpPoints := sumValue(md, "tokenwire.xdp.packets", nil)
-	require.Zero(t, xdpPoints)
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after Shutdown: %v", after)
-}
-
-// TestXDPRequiredByDefault: with interfaces named and xdp.required left at
-// its default, the same refusal fails Start; the two probes, which had
-// attached for real, are released.
-func TestXDPRequiredByDefault(t *testing.T) {
-	bpftest.Require(t)
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
-	_, b := bpftest.VethPair(t)
-
-	cfg := createDefaultConfig()
-	cfg.HookPreference = bpftest.HookPreference()
-	nativeXDPOnLoopback(cfg)
-	require.NoError(t, cfg.Validate())
-	o := startObserved(t, cfg, &b, nil)
-	require.Error(t, o.startErr)
-	t.Logf("Start: %v", o.startErr)
-	require.True(t, strings.HasPrefix(o.startErr.Error(),
-		`tokenwire XDP filter could not start and xdp.required is true: xdp: attaching to interface "lo" in native mode: `), o.startErr.Error())
-	require.ErrorIs(t, o.startErr, unix.EOPNOTSUPP)
-	require.Len(t, o.logs.FilterMessage("tokenwire handshake probe attached").All(), 1)
-	require.Len(t, o.logs.FilterMessage("tokenwire stream probe attached").All(), 1)
-	require.Empty(t, o.errorLogs())
-	o.shutdown(t)
-	require.Empty(t, b.Link(t, "lo").XDPProgramIDs())
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
 }
 
 // TestNoCapabilityStarts: when every enabled capability fails (kprobes,
@@ -440,8 +202,7 @@ func TestXDPRequiredByDefault(t *testing.T) {
 func TestNoCapabilityStarts(t *testing.T) {
 	bpftest.Require(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
+	base := newBaseline(t)
 	_, b := bpftest.VethPair(t)
 
 	cfg := createDefaultConfig()
@@ -466,9 +227,7 @@ func TestNoCapabilityStarts(t *testing.T) {
 	}
 	require.Empty(t, o.errorLogs())
 	o.shutdown(t)
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
+	requireNothingLoaded(t, base, "a failed Start")
 }
 
 func TestStartErrorType(t *testing.T) {

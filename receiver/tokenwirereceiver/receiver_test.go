@@ -191,8 +191,7 @@ func TestHandshakeMetricsAreExact(t *testing.T) {
 func TestStartShutdownLeavesNothing(t *testing.T) {
 	bpftest.Require(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
+	base := newBaseline(t)
 	for i := range 20 {
 		cfg := createDefaultConfig()
 		cfg.CollectionInterval = 10 * time.Millisecond
@@ -208,9 +207,7 @@ func TestStartShutdownLeavesNothing(t *testing.T) {
 		}
 		s.shutdown()
 	}
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after 20 Start/Shutdown cycles: %v", after)
+	requireNothingLoaded(t, base, "20 Start/Shutdown cycles")
 }
 
 // TestFailedStartLeavesNothing makes Start fail at attach time (kprobes do
@@ -219,8 +216,7 @@ func TestStartShutdownLeavesNothing(t *testing.T) {
 func TestFailedStartLeavesNothing(t *testing.T) {
 	bpftest.Require(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	base, err := bpftest.NewBaseline()
-	require.NoError(t, err)
+	base := newBaseline(t)
 
 	cfg := createDefaultConfig()
 	cfg.HookPreference = []string{"kprobe"}
@@ -233,7 +229,5 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	}
 	require.Contains(t, err.Error(), "kprobe:")
 	require.NoError(t, r.Shutdown(context.Background()))
-	after, err := base.WaitGone(2 * time.Second)
-	require.NoError(t, err)
-	require.True(t, after.Empty(), "left loaded after a failed Start: %v", after)
+	requireNothingLoaded(t, base, "a failed Start")
 }

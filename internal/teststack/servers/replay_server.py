@@ -22,20 +22,14 @@ over (the fields of the Go package's Report), with CLOCK_MONOTONIC times
 import asyncio
 import json
 import os
-import socket
-import sys
 import time
 
-import uvicorn
+from starlette.responses import StreamingResponse
 
-FRAMEWORK = os.environ.get("TW_FRAMEWORK", "starlette")
+from asgi_common import make_app, new_record, report, serve
+
 with open(os.environ["TW_REPLAY"]) as f:
     REPLAY = json.load(f)
-
-
-def report(rec):
-    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 async def stream(rec):
@@ -62,50 +56,16 @@ async def replay(request):
         body = json.loads(raw)
     except ValueError:
         body = None
-    rec = {
-        "path": request.url.path,
-        "model": body.get("model", "") if isinstance(body, dict) else "",
-        "streamed": True,
-        "user_agent": request.headers.get("user-agent", ""),
-        "request_bytes": len(raw),
-        "events": 0,
-        "body_bytes": 0,
-        "done": False,
-        "start_ns": start,
-        "event_ns": [],
-    }
+    model = body.get("model", "") if isinstance(body, dict) else ""
+    rec = new_record(request, raw, start, model, True)
     return StreamingResponse(stream(rec), media_type=REPLAY["media_type"])
 
 
-if FRAMEWORK == "fastapi":
-    from fastapi import FastAPI, Request
-    from fastapi.responses import StreamingResponse
-
-    app = FastAPI()
-
-    @app.post("/{path:path}")
-    async def replay_route(request: Request):
-        return await replay(request)
-
-elif FRAMEWORK == "starlette":
-    from starlette.applications import Starlette
-    from starlette.responses import StreamingResponse
-    from starlette.routing import Route
-
-    app = Starlette(routes=[Route("/{path:path}", replay, methods=["POST"])])
-else:
-    sys.exit("TW_FRAMEWORK must be starlette or fastapi, not %r" % FRAMEWORK)
+app = make_app("/{path:path}", replay)
 
 
 def main():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", int(os.environ.get("TW_PORT", "0"))))
-    sock.listen(1024)
-    report({"ready": True, "port": sock.getsockname()[1], "framework": FRAMEWORK, "format": "replay",
-            "uvicorn": uvicorn.__version__, "python": sys.version.split()[0]})
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+    serve(app, {"format": "replay"})
 
 
 if __name__ == "__main__":

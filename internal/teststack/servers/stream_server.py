@@ -24,13 +24,12 @@ with) of the request, of each event and of the end.
 import asyncio
 import json
 import os
-import socket
-import sys
 import time
 
-import uvicorn
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-FRAMEWORK = os.environ.get("TW_FRAMEWORK", "starlette")
+from asgi_common import make_app, new_record, report, serve
+
 FORMAT = os.environ.get("TW_FORMAT", "openai")
 DEFAULTS = {
     "events": int(os.environ.get("TW_EVENTS", "10")),
@@ -51,11 +50,6 @@ def end_marker():
     if FORMAT == "ollama":
         return '{"message":{"role":"assistant","content":""},"done":true}\n'
     return "data: [DONE]\n\n"
-
-
-def report(rec):
-    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 def param(request, name):
@@ -89,19 +83,8 @@ async def chat(request):
     try:
         body = json.loads(raw)
     except ValueError:
-        return PlainText(400, b"not JSON\n")
-    rec = {
-        "path": request.url.path,
-        "model": body.get("model", ""),
-        "streamed": bool(body.get("stream")),
-        "user_agent": request.headers.get("user-agent", ""),
-        "request_bytes": len(raw),
-        "events": 0,
-        "body_bytes": 0,
-        "done": False,
-        "start_ns": start,
-        "event_ns": [],
-    }
+        return PlainTextResponse(b"not JSON\n", status_code=400)
+    rec = new_record(request, raw, start, body.get("model", ""), bool(body.get("stream")))
     if not rec["streamed"]:
         rec["body_bytes"] = len(PLAIN)
         rec["end_ns"] = time.monotonic_ns()
@@ -112,43 +95,12 @@ async def chat(request):
     return StreamingResponse(gen, media_type=media, headers={"Cache-Control": "no-cache"})
 
 
-if FRAMEWORK == "fastapi":
-    from fastapi import FastAPI, Request
-    from fastapi.responses import PlainTextResponse, Response, StreamingResponse
-
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat_route(request: Request):
-        return await chat(request)
-
-elif FRAMEWORK == "starlette":
-    from starlette.applications import Starlette
-    from starlette.responses import PlainTextResponse, Response, StreamingResponse
-    from starlette.routing import Route
-
-    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-else:
-    sys.exit("TW_FRAMEWORK must be starlette or fastapi, not %r" % FRAMEWORK)
-
-
-def PlainText(status, content):
-    return PlainTextResponse(content, status_code=status)
+app = make_app("/v1/chat/completions", chat)
 
 
 def main():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", int(os.environ.get("TW_PORT", "0"))))
-    sock.listen(1024)
-    # Connections made from here on wait in the backlog until uvicorn
-    # accepts them: ready before serve() is not too early.
-    report({"ready": True, "port": sock.getsockname()[1], "framework": FRAMEWORK, "format": FORMAT,
-            "uvicorn": uvicorn.__version__, "python": sys.version.split()[0],
-            "tls": bool(os.environ.get("TW_TLS_CERT"))})
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            ssl_certfile=os.environ.get("TW_TLS_CERT"), ssl_keyfile=os.environ.get("TW_TLS_KEY"))
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+    serve(app, {"format": FORMAT, "tls": bool(os.environ.get("TW_TLS_CERT"))},
+          ssl_certfile=os.environ.get("TW_TLS_CERT"), ssl_keyfile=os.environ.get("TW_TLS_KEY"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,232 @@
+package procinfo
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeProc is a directory laid out as /proc is, for Cache.root.
+type fakeProc struct {
+	t    *testing.T
+	root string
+}
+
+func newFakeProc(t *testing.T) *fakeProc {
+	return &fakeProc{t: t, root: t.TempDir()}
+}
+
+// start makes pid a process started at start (clock ticks), running exe
+// ("" for an exe link that cannot be read) in the cgroup cgroup.
+func (f *fakeProc) start(pid uint32, comm string, start uint64, exe, cgroup string) {
+	f.t.Helper()
+	dir := filepath.Join(f.root, strconv.FormatUint(uint64(pid), 10))
+	if err := os.RemoveAll(dir); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(statLine(pid, comm, start)), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	if exe != "" {
+		// Readlink needs no target.
+		if err := os.Symlink(exe, filepath.Join(dir, "exe")); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// exit removes pid's process.
+func (f *fakeProc) exit(pid uint32) {
+	f.t.Helper()
+	if err := os.RemoveAll(filepath.Join(f.root, strconv.FormatUint(uint64(pid), 10))); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+const (
+	idA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	idB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+func podCgroup(id string) string {
+	return "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope\n"
+}
+
+func TestLookupPIDReuse(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	f.start(4242, "vllm", 1000, "/usr/bin/vllm", podCgroup(idA))
+	if got, want := c.Lookup(4242, "comm"), (Info{"vllm", idA}); got != want {
+		t.Fatalf("first process: %+v, want %+v", got, want)
+	}
+	// The same process again is answered from the cache: changing its
+	// files does not show.
+	if err := os.WriteFile(filepath.Join(f.root, "4242", "cgroup"), []byte(podCgroup(idB)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Lookup(4242, "comm"), (Info{"vllm", idA}); got != want {
+		t.Fatalf("same process: %+v, want %+v (from the cache)", got, want)
+	}
+
+	// The process exits and another, in another pod, gets its pid.
+	f.exit(4242)
+	f.start(4242, "curl", 1500, "/usr/bin/curl", podCgroup(idB))
+	if got, want := c.Lookup(4242, "comm"), (Info{"curl", idB}); got != want {
+		t.Fatalf("after pid reuse: %+v, want %+v, not the earlier process's", got, want)
+	}
+	// And one without a container, whose exe cannot be read.
+	f.exit(4242)
+	f.start(4242, "sshd", 2500, "", "0::/system.slice/ssh.service\n")
+	if got, want := c.Lookup(4242, "sshd"), (Info{"sshd", ""}); got != want {
+		t.Fatalf("after second pid reuse: %+v, want %+v", got, want)
+	}
+}
+
+// A command name with spaces and parentheses cannot make the cache take
+// another field for the start time and so miss a reused pid.
+func TestLookupCommWithSpacesAndParens(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	// A parser that stopped at the first ')' would read field 22 of
+	// "a) S 1 2 ..." as a constant, the same for both processes.
+	comm := "a) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 7 (b"
+	f.start(31337, comm, 1000, "/usr/bin/python3", podCgroup(idA))
+	if got, want := c.Lookup(31337, "x"), (Info{"python3", idA}); got != want {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	f.exit(31337)
+	f.start(31337, comm, 1001, "/usr/bin/python3", podCgroup(idB))
+	if got, want := c.Lookup(31337, "x"), (Info{"python3", idB}); got != want {
+		t.Fatalf("after pid reuse: %+v, want %+v", got, want)
+	}
+	if id, err := c.identify(31337); err != nil || id.start != 1001 {
+		t.Errorf("identify = %+v, %v; want start 1001", id, err)
+	}
+}
+
+func TestLookupVanishedProcess(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	f.start(500, "vllm", 1000, "/usr/bin/vllm", podCgroup(idA))
+	if got := c.Lookup(500, "vllm"); got.ContainerID != idA {
+		t.Fatalf("%+v", got)
+	}
+	f.exit(500)
+	// With the pid alone the cache cannot know that the caller's pid came
+	// from the process it saw: another may have held the pid and exited
+	// since. Only the fallback.
+	if got, want := c.Lookup(500, "comm"), (Info{"comm", ""}); got != want {
+		t.Errorf("pid of a process that is gone: %+v, want %+v", got, want)
+	}
+	// Nor once another process has the pid.
+	f.start(500, "curl", 1200, "/usr/bin/curl", podCgroup(idB))
+	if got, want := c.Lookup(500, "comm"), (Info{"curl", idB}); got != want {
+		t.Errorf("pid taken over: %+v, want %+v", got, want)
+	}
+	// Never seen, gone.
+	if got, want := c.Lookup(501, "comm"), (Info{"comm", ""}); got != want {
+		t.Errorf("unknown pid: %+v, want %+v", got, want)
+	}
+}
+
+// A process that takes over a pid within the start time's tick (10 ms) is
+// told apart by the inode of its /proc/<pid>/stat.
+func TestLookupPIDReuseWithinATick(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	f.start(4242, "vllm", 1000, "/usr/bin/vllm", podCgroup(idA))
+	if got, want := c.Lookup(4242, "comm"), (Info{"vllm", idA}); got != want {
+		t.Fatalf("first process: %+v, want %+v", got, want)
+	}
+	// Same start time, new /proc entry: the new files are made before the
+	// old ones go, so their inodes differ.
+	old := filepath.Join(f.root, "4242")
+	if err := os.Rename(old, old+".old"); err != nil {
+		t.Fatal(err)
+	}
+	f.start(4242, "curl", 1000, "/usr/bin/curl", podCgroup(idB))
+	if err := os.RemoveAll(old + ".old"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Lookup(4242, "comm"), (Info{"curl", idB}); got != want {
+		t.Fatalf("after pid reuse within a tick: %+v, want %+v", got, want)
+	}
+}
+
+// A pid taken over while Lookup reads exe and cgroup: what was read may be
+// either process's, so it is neither returned nor cached.
+func TestLookupPIDReusedWhileReading(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	f.start(600, "vllm", 1000, "/usr/bin/vllm", "")
+	dir := filepath.Join(f.root, "600")
+	cgroup := filepath.Join(dir, "cgroup")
+	if err := os.Remove(cgroup); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(cgroup, 0o600); err != nil {
+		t.Skip(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Opening for writing waits for Lookup to open the cgroup file.
+		w, err := os.OpenFile(cgroup, os.O_WRONLY, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer w.Close()
+		// Now the process exits and another takes its pid.
+		if err := os.Rename(dir, dir+".old"); err != nil {
+			done <- err
+			return
+		}
+		f.start(600, "curl", 1100, "/usr/bin/curl", podCgroup(idB))
+		_, err = w.WriteString(podCgroup(idA))
+		done <- err
+	}()
+	if got, want := c.Lookup(600, "comm"), (Info{"comm", ""}); got != want {
+		t.Errorf("pid reused during the lookup: %+v, want %+v", got, want)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Lookup(600, "comm"), (Info{"curl", idB}); got != want {
+		t.Errorf("next lookup: %+v, want %+v", got, want)
+	}
+}
+
+// The fallback names the process whenever exe cannot be read, per call: a
+// first caller without one does not leave the others without a name.
+func TestFallbackIsPerCall(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	f.start(88, "python3", 1000, "", podCgroup(idA))
+	if got, want := c.Lookup(88, ""), (Info{"", idA}); got != want {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	if got, want := c.Lookup(88, "python3"), (Info{"python3", idA}); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}
+
+func TestCacheIsBounded(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 4)
+	for pid := range uint32(10) {
+		f.start(pid+100, "p", uint64(pid), "/bin/p", podCgroup(idA))
+		c.Lookup(pid+100, "")
+		if n := len(c.byPID); n > 4 {
+			t.Fatalf("%d entries, bound 4", n)
+		}
+	}
+}

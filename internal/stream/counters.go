@@ -1,0 +1,57 @@
+package stream
+
+import (
+	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/probe"
+)
+
+// Counters are kernel-side counters summed over CPUs.
+type Counters struct {
+	// RecordsLost counts records the ring buffer had no room for.
+	RecordsLost uint64
+	// NewSockets counts connections that started being tracked, Closed
+	// those of them that closed.
+	NewSockets, Closed uint64
+	// TrackFailed counts connections refused for want of room for their
+	// state (the map's max_sockets; socket storage's allocation).
+	TrackFailed uint64
+	// Stale counts map entries of sockets whose close the probe did not
+	// see, found and reset by a later connection at the same address.
+	Stale uint64
+	// TLS counts connections that began with a TLS ClientHello; TLSPlain
+	// those of them read as plaintext (their process probed), TLSNoRoom
+	// those that could not be for want of room in the state map.
+	TLS, TLSPlain, TLSNoRoom uint64
+}
+
+// Counters sums the kernel's per-CPU counters.
+func (t *Tracer) Counters() (c Counters, err error) {
+	for idx, dst := range map[bpf.StreamTwStreamCounter]*uint64{
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST: &c.RecordsLost,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS:  &c.NewSockets,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_CLOSED:       &c.Closed,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED: &c.TrackFailed,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_STALE:        &c.Stale,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS:          &c.TLS,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN:    &c.TLSPlain,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM:  &c.TLSNoRoom,
+	} {
+		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// Sockets counts tracked connections: the map's entries, or in socket
+// storage those seen opening and not yet closing.
+func (t *Tracer) Sockets() (int, error) {
+	if !t.inSocket {
+		return probe.CountEntries(t.maps.TwStSocks)
+	}
+	c, err := t.Counters()
+	if err != nil || c.Closed > c.NewSockets {
+		return 0, err
+	}
+	return int(c.NewSockets - c.Closed), nil
+}

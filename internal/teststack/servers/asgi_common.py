@@ -1,0 +1,80 @@
+"""What the Python test servers (stream_server.py, replay_server.py) share:
+the ASGI app of TW_FRAMEWORK (starlette, or FastAPI) with one POST route,
+the per-request record they report, and serving on uvicorn.
+
+The servers import it from their own directory: the Go package writes it
+beside them.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+
+import uvicorn
+
+FRAMEWORK = os.environ.get("TW_FRAMEWORK", "starlette")
+
+
+def report(rec):
+    """One JSON object on a line of stdout, flushed: the Go side reads them
+    as they come."""
+    sys.stdout.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def new_record(request, raw, start, model, streamed):
+    """A request's record (the fields of the Go package's Report), before its
+    response: the events, their CLOCK_MONOTONIC times and the end are
+    filled in as the response goes out."""
+    return {
+        "path": request.url.path,
+        "model": model,
+        "streamed": streamed,
+        "user_agent": request.headers.get("user-agent", ""),
+        "request_bytes": len(raw),
+        "events": 0,
+        "body_bytes": 0,
+        "done": False,
+        "start_ns": start,
+        "event_ns": [],
+    }
+
+
+def make_app(path, handler):
+    """An app of TW_FRAMEWORK that answers POST path with handler(request).
+    The responses are starlette's either way (FastAPI's are the same
+    classes)."""
+    if FRAMEWORK == "fastapi":
+        from fastapi import FastAPI, Request
+
+        app = FastAPI()
+
+        @app.post(path)
+        async def route(request: Request):
+            return await handler(request)
+
+        return app
+    if FRAMEWORK == "starlette":
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        return Starlette(routes=[Route(path, handler, methods=["POST"])])
+    sys.exit("TW_FRAMEWORK must be starlette or fastapi, not %r" % FRAMEWORK)
+
+
+def serve(app, ready, **uvicorn_options):
+    """Listens on 127.0.0.1:TW_PORT (0: any free port), reports
+    {"ready": true, "port": N, ...ready} and serves app on uvicorn."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(os.environ.get("TW_PORT", "0"))))
+    sock.listen(1024)
+    # Connections made from here on wait in the backlog until uvicorn
+    # accepts them: ready before serve() is not too early.
+    report({"ready": True, "port": sock.getsockname()[1], "framework": FRAMEWORK,
+            "uvicorn": uvicorn.__version__, "python": sys.version.split()[0], **ready})
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", **uvicorn_options)
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
