@@ -151,7 +151,7 @@ fuzz: deps
 clean:
 	rm -rf $(BUILD_DIR)
 
-# --- issue 6: tokenwire in the user's stack (e2e/, examples/, deploy/) ---
+# --- tokenwire in the user's stack (e2e/, examples/, deploy/) ---
 
 # Debian's Prometheus, for the e2e test (the package's systemd service is
 # not used: the test runs its own Prometheus on a free port).

@@ -282,6 +282,32 @@ static __always_inline int gather_short(const struct user_io *io, __u64 ret, cha
 	return 0;
 }
 
+/* last_iov finds the buffer of io that holds the last byte of a write of
+ * ret bytes: it returns the buffer's base (NULL when the buffers hold fewer
+ * than ret bytes) and sets *used to how much of it went, *prev and
+ * *prev_len to the buffer before it (NULL and 0 when there is none). */
+static __always_inline const char *last_iov(const struct user_io *io, __u64 ret, __u64 *used,
+					    const char **prev, __u64 *prev_len)
+{
+	__u64 left = ret;
+	*used = 0;
+	*prev = NULL;
+	*prev_len = 0;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= io->nr)
+			break;
+		__u64 len = io->iov[i].iov_len;
+		if (left <= len) {
+			*used = left;
+			return io->iov[i].iov_base;
+		}
+		*prev = io->iov[i].iov_base;
+		*prev_len = len;
+		left -= len;
+	}
+	return NULL;
+}
+
 /* sent_flags classifies a finished write of ret bytes by its last bytes,
  * read from the syscall's buffers: the chunked terminator (alone, or after
  * the last chunk's CRLF), a terminating chunk with trailers, or an SSE
@@ -289,19 +315,9 @@ static __always_inline int gather_short(const struct user_io *io, __u64 ret, cha
 static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret)
 {
 	/* The buffer holding the write's last byte, and how much of it went. */
-	const char *base = NULL;
-	__u64 used = 0, left = ret;
-	for (int i = 0; i < MAX_IOV; i++) {
-		if (i >= io->nr)
-			break;
-		__u64 len = io->iov[i].iov_len;
-		if (left <= len) {
-			base = io->iov[i].iov_base;
-			used = left;
-			break;
-		}
-		left -= len;
-	}
+	const char *base, *prev;
+	__u64 used, prev_len;
+	base = last_iov(io, ret, &used, &prev, &prev_len);
 	if (!base || used == 0)
 		return WRITE_PEEKED;
 	/* b[0, n) is the end of the write: all of it when whole. */
@@ -405,21 +421,9 @@ static __always_inline __u8 short_flags(const struct sock *sk, const struct stre
 static __always_inline __u8 gathered_flags(const struct sock *sk, const struct stream_state *st,
 					   const struct user_io *io, __u64 ret)
 {
-	const char *base = NULL, *prev = NULL;
-	__u64 used = 0, prev_len = 0, left = ret;
-	for (int i = 0; i < MAX_IOV; i++) {
-		if (i >= io->nr)
-			break;
-		__u64 len = io->iov[i].iov_len;
-		if (left <= len) {
-			base = io->iov[i].iov_base;
-			used = left;
-			break;
-		}
-		prev = io->iov[i].iov_base;
-		prev_len = len;
-		left -= len;
-	}
+	const char *base, *prev;
+	__u64 used, prev_len;
+	base = last_iov(io, ret, &used, &prev, &prev_len);
 	if (!base)
 		return WRITE_PEEKED;
 	if (st->chunks == 0)

@@ -70,6 +70,20 @@ static __always_inline void tls_request(const struct sock *sk, struct stream_sta
 	begin_stream(st, arrived, now);
 }
 
+/* tls_next reads the header of the record at *off of base[0, avail): its
+ * type, and its length into *len. 0 when the header is not all there, or
+ * is not a record header: the walk is lost then, and *off moves to end, so
+ * that the next read or write is looked at afresh. */
+static __always_inline __u8 tls_next(const __u8 *base, __u64 *off, __u64 avail, __u64 end, __u32 *len)
+{
+	if (*off + 5 > avail)
+		return 0;
+	__u8 type = tls_header(base + *off, len);
+	if (!type)
+		*off = end;
+	return type;
+}
+
 /* tls_recv_opaque walks the records of a read of ret bytes by the server
  * (its first buffer), from where the previous read left off. */
 static __always_inline void tls_recv_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
@@ -86,14 +100,10 @@ static __always_inline void tls_recv_opaque(const struct sock *sk, struct stream
 	__u64 avail = io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret;
 	int app = 0;
 	for (int i = 0; i < TLS_WALK; i++) {
-		if (off + 5 > avail)
-			break;
 		__u32 len;
-		__u8 type = tls_header(base + off, &len);
-		if (!type) {
-			off = ret; /* lost: look again where a read starts */
+		__u8 type = tls_next(base, &off, avail, ret, &len);
+		if (!type)
 			break;
-		}
 		app |= client_record(st, type, len);
 		off += 5 + len;
 	}
@@ -119,14 +129,10 @@ static __always_inline int tls_send_opaque(const struct sock *sk, struct stream_
 		__u64 avail = io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret;
 		__u32 records = 0, len0 = 0, same = 1;
 		for (int i = 0; i < TLS_WALK; i++) {
-			if (off + 5 > avail)
-				break;
 			__u32 len;
-			__u8 type = tls_header(base + off, &len);
-			if (!type) {
-				off = ret;
+			__u8 type = tls_next(base, &off, avail, ret, &len);
+			if (!type)
 				break;
-			}
 			if (type == TLS_CT_APPDATA && !st->cli_23)
 				st->tls13 = 1; /* encrypted before the client: TLS 1.3's handshake */
 			int data = type == TLS_CT_APPDATA && len != TLS13_ALERT_LEN;

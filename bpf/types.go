@@ -24,8 +24,3 @@ const (
 	HandshakeNoDuration          = uint8(HandshakeTwHandshakeFlagTW_HS_NO_DURATION)
 	HandshakeSynackRetransmitted = uint8(HandshakeTwHandshakeFlagTW_HS_SYNACK_RETRANSMITTED)
 )
-
-// ObjectPrefix starts the kernel name of every program and map tokenwire
-// loads (besides the .rodata maps, which the loader names after the ELF
-// section). Tests and operators use it to tell our objects from others'.
-const ObjectPrefix = "tw_"

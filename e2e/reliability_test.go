@@ -218,18 +218,24 @@ func monotonic(t *testing.T, url string, names []string, work func()) (scrapes i
 var cumulative = []string{"tokenwire_stream_chunks_total", "tokenwire_stream_bytes_total",
 	"gen_ai_server_time_to_first_token_seconds", "gen_ai_server_request_duration_seconds", "tokenwire_stream_chunk_interval_seconds"}
 
-// testRecordLoss: a ring buffer too small for the load loses records; every
-// cumulative counter stays monotonic, the loss is reported, and no span
-// carries another stream's attributes.
-func testRecordLoss(t *testing.T, dir string, f *figures) {
-	srv := streamServer(t)
-	c := startCollector(t, dir, "loss", fmt.Sprintf(`collection_interval: 200ms
+// tinyRing is the receiver's configuration for streams on port with a
+// 4 KiB ring buffer: too small for the load, so records are lost.
+func tinyRing(port int) string {
+	return fmt.Sprintf(`collection_interval: 200ms
 ring_buffer_size: 4096
 handshake:
   enabled: false
 streams:
   ports: [%d]
-  flush_interval: 100ms`, srv.Port))
+  flush_interval: 100ms`, port)
+}
+
+// testRecordLoss: a ring buffer too small for the load loses records; every
+// cumulative counter stays monotonic, the loss is reported, and no span
+// carries another stream's attributes.
+func testRecordLoss(t *testing.T, dir string, f *figures) {
+	srv := streamServer(t)
+	c := startCollector(t, dir, "loss", tinyRing(srv.Port))
 	const n = 400
 	var clients map[int]int
 	scrapes := monotonic(t, c.metricsURL, cumulative, func() { clients = runStreams(t, srv.URL, 0, n, 100) })
@@ -266,13 +272,7 @@ streams:
 func testAddressReuse(t *testing.T, dir string, f *figures) {
 	srv := teststack.ServeHTTP(t, &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond,
 		Events: 3, HeadersFirst: true})
-	c := startCollector(t, dir, "reuse", fmt.Sprintf(`collection_interval: 200ms
-ring_buffer_size: 4096
-handshake:
-  enabled: false
-streams:
-  ports: [%d]
-  flush_interval: 100ms`, srv.Port))
+	c := startCollector(t, dir, "reuse", tinyRing(srv.Port))
 	const n = 3000
 	var clients map[int]int
 	monotonic(t, c.metricsURL, cumulative, func() { clients = runStreams(t, srv.URL, 0, n, 64) })

@@ -274,29 +274,3 @@ func RaiseNofile(need uint64) error {
 	}
 	return nil
 }
-
-// SystemCPU reads /proc/stat's aggregate line: busy and total jiffies, and
-// softirq jiffies, across all CPUs.
-func SystemCPU() (busy, total, softirq uint64, err error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, 0, 0, fmt.Errorf("/proc/stat: unexpected %q", line)
-	}
-	var v [10]uint64
-	for i := 1; i < len(f) && i <= 10; i++ {
-		v[i-1], _ = strconv.ParseUint(f[i], 10, 64)
-	}
-	// user nice system idle iowait irq softirq steal guest guest_nice
-	for i, x := range v[:8] {
-		total += x
-		if i != 3 && i != 4 {
-			busy += x
-		}
-	}
-	return busy, total, v[6], nil
-}

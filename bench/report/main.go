@@ -141,3 +141,21 @@ func analysisNote(d *doc) {
 		d.p("[%s](%s) holds a hand-written analysis, but **of another run** (it does not cite `%s`): read it as background, not as a reading of these numbers.\n", *analysis, *analysis, d.runID)
 	}
 }
+
+// inputs reads this run's results files names (CSV), in order, and the
+// parameters of its section (none for "").
+func (d *doc) inputs(section string, names ...string) (*benchutil.Meta, []*benchutil.Table, error) {
+	tables := make([]*benchutil.Table, len(names))
+	for i, name := range names {
+		t, err := benchutil.ReadCSV(*resultsDir, name, d.runID)
+		if err != nil {
+			return nil, nil, err
+		}
+		tables[i] = t
+	}
+	if section == "" {
+		return nil, tables, nil
+	}
+	meta, err := benchutil.ReadMeta(*resultsDir, section, d.runID)
+	return meta, tables, err
+}

@@ -14,22 +14,11 @@ type orow map[string]string
 func (r orow) cores(k string) float64 { return num(r, k) / num(r, "cpu_window_s") }
 
 func overheadSection(d *doc) error {
-	t, err := benchutil.ReadCSV(*resultsDir, "overhead.csv", d.runID)
+	meta, ts, err := d.inputs("overhead", "overhead.csv", "overhead-bpf.csv", "overhead-hist.csv")
 	if err != nil {
 		return err
 	}
-	bt, err := benchutil.ReadCSV(*resultsDir, "overhead-bpf.csv", d.runID)
-	if err != nil {
-		return err
-	}
-	ht, err := benchutil.ReadCSV(*resultsDir, "overhead-hist.csv", d.runID)
-	if err != nil {
-		return err
-	}
-	meta, err := benchutil.ReadMeta(*resultsDir, "overhead", d.runID)
-	if err != nil {
-		return err
-	}
+	t, bt, ht := ts[0], ts[1], ts[2]
 	by := map[string][]orow{}
 	var variants []string
 	for _, r := range t.Rows {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver"
 )
 
@@ -14,14 +13,11 @@ import (
 var defaultRing = tokenwirereceiver.NewFactory().CreateDefaultConfig().(*tokenwirereceiver.Config).RingBufferSize
 
 func pipelineSection(d *doc) error {
-	t, err := benchutil.ReadCSV(*resultsDir, "pipeline.csv", d.runID)
+	meta, ts, err := d.inputs("pipeline", "pipeline.csv")
 	if err != nil {
 		return err
 	}
-	meta, err := benchutil.ReadMeta(*resultsDir, "pipeline", d.runID)
-	if err != nil {
-		return err
-	}
+	t := ts[0]
 	type key struct {
 		ring   int
 		stage  string

@@ -1,18 +1,11 @@
 package main
 
-import (
-	"github.com/tokenwire/tokenwire/bench/benchutil"
-)
-
 func memorySection(d *doc) error {
-	t, err := benchutil.ReadCSV(*resultsDir, "memory.csv", d.runID)
+	_, ts, err := d.inputs("", "memory.csv", "bpf-maps.csv")
 	if err != nil {
 		return err
 	}
-	mt, err := benchutil.ReadCSV(*resultsDir, "bpf-maps.csv", d.runID)
-	if err != nil {
-		return err
-	}
+	t, mt := ts[0], ts[1]
 	d.p("## 5. Memory (bench/overhead, one measurement: no spread)\n\n| what | RSS MiB | HWM MiB | CPU, cores | note |\n| --- | --- | --- | --- | --- |\n")
 	for _, r := range t.Rows {
 		d.p("| %s | %.1f | %.1f | %s | %s |\n", r["what"], num(r, "rss_bytes")/(1<<20), num(r, "hwm_bytes")/(1<<20), r["cpu_cores"], r["note"])
@@ -28,14 +21,11 @@ func memorySection(d *doc) error {
 }
 
 func accuracySection(d *doc) error {
-	t, err := benchutil.ReadCSV(*resultsDir, "accuracy.csv", d.runID)
+	meta, ts, err := d.inputs("accuracy", "accuracy.csv")
 	if err != nil {
 		return err
 	}
-	meta, err := benchutil.ReadMeta(*resultsDir, "accuracy", d.runID)
-	if err != nil {
-		return err
-	}
+	t := ts[0]
 	d.p("## 6. Accuracy of the stream probe (bench/streams, one round)\n\n")
 	d.p("%s streams x %s events, %s apart, think %s; tokenwire's values from per-chunk records against the server's and the client's own clocks.\n\n",
 		meta.Params["streams"], meta.Params["chunks"], meta.Params["interval"], meta.Params["think"])

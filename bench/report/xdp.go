@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/tokenwire/tokenwire/bench/benchutil"
 )
 
 var xdpSizes = []int{1, 10000, 65536}
@@ -58,14 +56,11 @@ func xdpSection(d *doc) error {
 // vethSection is xdpnf's flood over a veth pair: receive CPU per dropped
 // packet, with the floor (xdp-drop-all) from the same repeats.
 func vethSection(d *doc) error {
-	t, err := benchutil.ReadCSV(*resultsDir, "xdp-netfilter.csv", d.runID)
+	meta, ts, err := d.inputs("xdpnf", "xdp-netfilter.csv")
 	if err != nil {
 		return err
 	}
-	meta, err := benchutil.ReadMeta(*resultsDir, "xdpnf", d.runID)
-	if err != nil {
-		return err
-	}
+	t := ts[0]
 	hz, _ := strconv.ParseFloat(meta.Params["user_hz"], 64)
 	rx := func(r map[string]string) float64 {
 		if r["rx_path"] == "inline" {

@@ -19,7 +19,6 @@ var ErrClosed = errors.New("tracer closed")
 type Tracer struct {
 	maps     io.Closer
 	attached []io.Closer
-	ring     *ebpf.Map
 	reader   *ringbuf.Reader
 	record   ringbuf.Record
 
@@ -52,14 +51,9 @@ func (t *Tracer) Release() {
 
 // OpenRing starts reading the ring buffer m.
 func (t *Tracer) OpenRing(m *ebpf.Map) (err error) {
-	t.ring = m
 	t.reader, err = ringbuf.NewReader(m)
 	return err
 }
-
-// Ring is the tracer's ring buffer, for tests and benchmarks that write
-// records into it.
-func (t *Tracer) Ring() *ebpf.Map { return t.ring }
 
 // Next blocks until the next record and returns its bytes, valid until
 // the next call. It returns ErrClosed after Close, and after Stop once the

@@ -65,30 +65,22 @@ func TestLookupPIDReuse(t *testing.T) {
 	f := newFakeProc(t)
 	c := newCacheAt(f.root, 16)
 	f.start(4242, "vllm", 1000, "/usr/bin/vllm", podCgroup(idA))
-	if got, want := c.Lookup(4242, "comm"), (Info{"vllm", idA}); got != want {
-		t.Fatalf("first process: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 4242, "comm", Info{"vllm", idA}, "first process")
 	// The same process again is answered from the cache: changing its
 	// files does not show.
 	if err := os.WriteFile(filepath.Join(f.root, "4242", "cgroup"), []byte(podCgroup(idB)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Lookup(4242, "comm"), (Info{"vllm", idA}); got != want {
-		t.Fatalf("same process: %+v, want %+v (from the cache)", got, want)
-	}
+	wantLookup(t, c, 4242, "comm", Info{"vllm", idA}, "same process (from the cache)")
 
 	// The process exits and another, in another pod, gets its pid.
 	f.exit(4242)
 	f.start(4242, "curl", 1500, "/usr/bin/curl", podCgroup(idB))
-	if got, want := c.Lookup(4242, "comm"), (Info{"curl", idB}); got != want {
-		t.Fatalf("after pid reuse: %+v, want %+v, not the earlier process's", got, want)
-	}
+	wantLookup(t, c, 4242, "comm", Info{"curl", idB}, "after pid reuse, not the earlier process's")
 	// And one without a container, whose exe cannot be read.
 	f.exit(4242)
 	f.start(4242, "sshd", 2500, "", "0::/system.slice/ssh.service\n")
-	if got, want := c.Lookup(4242, "sshd"), (Info{"sshd", ""}); got != want {
-		t.Fatalf("after second pid reuse: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 4242, "sshd", Info{"sshd", ""}, "after second pid reuse")
 }
 
 // A command name with spaces and parentheses cannot make the cache take
@@ -100,14 +92,10 @@ func TestLookupCommWithSpacesAndParens(t *testing.T) {
 	// "a) S 1 2 ..." as a constant, the same for both processes.
 	comm := "a) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 7 (b"
 	f.start(31337, comm, 1000, "/usr/bin/python3", podCgroup(idA))
-	if got, want := c.Lookup(31337, "x"), (Info{"python3", idA}); got != want {
-		t.Fatalf("%+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 31337, "x", Info{"python3", idA}, "first process")
 	f.exit(31337)
 	f.start(31337, comm, 1001, "/usr/bin/python3", podCgroup(idB))
-	if got, want := c.Lookup(31337, "x"), (Info{"python3", idB}); got != want {
-		t.Fatalf("after pid reuse: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 31337, "x", Info{"python3", idB}, "after pid reuse")
 	if id, err := c.identify(31337); err != nil || id.start != 1001 {
 		t.Errorf("identify = %+v, %v; want start 1001", id, err)
 	}
@@ -124,18 +112,12 @@ func TestLookupVanishedProcess(t *testing.T) {
 	// With the pid alone the cache cannot know that the caller's pid came
 	// from the process it saw: another may have held the pid and exited
 	// since. Only the fallback.
-	if got, want := c.Lookup(500, "comm"), (Info{"comm", ""}); got != want {
-		t.Errorf("pid of a process that is gone: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 500, "comm", Info{"comm", ""}, "pid of a process that is gone")
 	// Nor once another process has the pid.
 	f.start(500, "curl", 1200, "/usr/bin/curl", podCgroup(idB))
-	if got, want := c.Lookup(500, "comm"), (Info{"curl", idB}); got != want {
-		t.Errorf("pid taken over: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 500, "comm", Info{"curl", idB}, "pid taken over")
 	// Never seen, gone.
-	if got, want := c.Lookup(501, "comm"), (Info{"comm", ""}); got != want {
-		t.Errorf("unknown pid: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 501, "comm", Info{"comm", ""}, "unknown pid")
 }
 
 // A process that takes over a pid within the start time's tick (10 ms) is
@@ -144,9 +126,7 @@ func TestLookupPIDReuseWithinATick(t *testing.T) {
 	f := newFakeProc(t)
 	c := newCacheAt(f.root, 16)
 	f.start(4242, "vllm", 1000, "/usr/bin/vllm", podCgroup(idA))
-	if got, want := c.Lookup(4242, "comm"), (Info{"vllm", idA}); got != want {
-		t.Fatalf("first process: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 4242, "comm", Info{"vllm", idA}, "first process")
 	// Same start time, new /proc entry: the new files are made before the
 	// old ones go, so their inodes differ.
 	old := filepath.Join(f.root, "4242")
@@ -157,9 +137,7 @@ func TestLookupPIDReuseWithinATick(t *testing.T) {
 	if err := os.RemoveAll(old + ".old"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Lookup(4242, "comm"), (Info{"curl", idB}); got != want {
-		t.Fatalf("after pid reuse within a tick: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 4242, "comm", Info{"curl", idB}, "after pid reuse within a tick")
 }
 
 // A pid taken over while Lookup reads exe and cgroup: what was read may be
@@ -194,15 +172,11 @@ func TestLookupPIDReusedWhileReading(t *testing.T) {
 		_, err = w.WriteString(podCgroup(idA))
 		done <- err
 	}()
-	if got, want := c.Lookup(600, "comm"), (Info{"comm", ""}); got != want {
-		t.Errorf("pid reused during the lookup: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 600, "comm", Info{"comm", ""}, "pid reused during the lookup")
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Lookup(600, "comm"), (Info{"curl", idB}); got != want {
-		t.Errorf("next lookup: %+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 600, "comm", Info{"curl", idB}, "next lookup")
 }
 
 // The fallback names the process whenever exe cannot be read, per call: a
@@ -211,12 +185,8 @@ func TestFallbackIsPerCall(t *testing.T) {
 	f := newFakeProc(t)
 	c := newCacheAt(f.root, 16)
 	f.start(88, "python3", 1000, "", podCgroup(idA))
-	if got, want := c.Lookup(88, ""), (Info{"", idA}); got != want {
-		t.Fatalf("%+v, want %+v", got, want)
-	}
-	if got, want := c.Lookup(88, "python3"), (Info{"python3", idA}); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantLookup(t, c, 88, "", Info{"", idA}, "caller without a fallback")
+	wantLookup(t, c, 88, "python3", Info{"python3", idA}, "next caller, with one")
 }
 
 func TestCacheIsBounded(t *testing.T) {
@@ -228,5 +198,14 @@ func TestCacheIsBounded(t *testing.T) {
 		if n := len(c.byPID); n > 4 {
 			t.Fatalf("%d entries, bound 4", n)
 		}
+	}
+}
+
+// wantLookup fails the test unless c describes pid (fallback given) as
+// want; step names the moment in the failure.
+func wantLookup(t *testing.T, c *Cache, pid uint32, fallback string, want Info, step string) {
+	t.Helper()
+	if got := c.Lookup(pid, fallback); got != want {
+		t.Fatalf("%s: %+v, want %+v", step, got, want)
 	}
 }

@@ -41,25 +41,25 @@ func (s *tableSlot) build(prefixes []netip.Prefix) (*ebpf.Map, error) {
 		return nil, fmt.Errorf("creating table %s: %w", s.name, err)
 	}
 	if s.v6 {
-		img, err := build6(prefixes, buckets)
-		if err == nil {
-			err = writeImage(m, img)
-		}
-		if err != nil {
-			m.Close()
-			return nil, fmt.Errorf("filling table %s: %w", s.name, err)
-		}
-		return m, nil
-	}
-	img, err := build4(prefixes, buckets)
-	if err == nil {
-		err = writeImage(m, img)
+		err = fillTable(m, build6, prefixes, buckets)
+	} else {
+		err = fillTable(m, build4, prefixes, buckets)
 	}
 	if err != nil {
 		m.Close()
 		return nil, fmt.Errorf("filling table %s: %w", s.name, err)
 	}
 	return m, nil
+}
+
+// fillTable writes into m the image that build makes of prefixes in buckets
+// buckets.
+func fillTable[V any](m *ebpf.Map, build func([]netip.Prefix, uint32) (tableImage[V], error), prefixes []netip.Prefix, buckets uint32) error {
+	img, err := build(prefixes, buckets)
+	if err != nil {
+		return err
+	}
+	return writeImage(m, img)
 }
 
 // swap makes m the table in force. The update returns after every

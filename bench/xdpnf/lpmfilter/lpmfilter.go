@@ -1,10 +1,11 @@
 //go:build linux && amd64
 
-// Package lpmfilter is tokenwire's XDP filter as it was before its prefix
-// tables (internal/xdp): the same frame parsing and per-CPU counters, the
-// blocklist in LPM tries. It is not part of the product; it exists so
-// that benchmarks can measure the old and the new filter in the same run
-// (internal/xdp's BenchmarkXDP, bench/xdpnf's xdp-lpm variant).
+// Package lpmfilter is this benchmark's deliberate baseline: tokenwire's
+// XDP filter with its blocklist in LPM tries (the design the prefix tables
+// of internal/xdp replaced), the same frame parsing and per-CPU counters.
+// It is not part of the product; it exists so that benchmarks can measure
+// both designs in the same run (internal/xdp's BenchmarkXDP, bench/xdpnf's
+// xdp-lpm variant), which is why it repeats code of internal/xdp.
 package lpmfilter
 
 import (
