@@ -9,6 +9,7 @@ package benchutil
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +34,35 @@ type Collector struct {
 // 8889, 13133, 4317).
 func DefaultCollector(bin, config, dir string) Collector {
 	return Collector{Bin: bin, Config: config, Dir: dir, TelemetryPort: 18888, PromPort: 18889, HealthPort: 23133, OTLPPort: 14317}
+}
+
+// CollectorFlags are the -collector and -config flags of a bench command
+// that runs the collector.
+type CollectorFlags struct{ bin, config *string }
+
+// RegisterCollectorFlags defines -collector and -config on the command
+// line.
+func RegisterCollectorFlags() CollectorFlags {
+	return CollectorFlags{
+		bin:    flag.String("collector", "_build/tokenwire", "the ocb-built collector"),
+		config: flag.String("config", "config.yaml", "the collector's default pipeline"),
+	}
+}
+
+// Config is the -config flag's value.
+func (f CollectorFlags) Config() string { return *f.config }
+
+// Check fails when the -collector binary is not there.
+func (f CollectorFlags) Check() error {
+	if _, err := os.Stat(*f.bin); err != nil {
+		return fmt.Errorf("collector %s: %w (run make build)", *f.bin, err)
+	}
+	return nil
+}
+
+// Collector is DefaultCollector with the flags' binary and config.
+func (f CollectorFlags) Collector(dir string) Collector {
+	return DefaultCollector(*f.bin, *f.config, dir)
 }
 
 // Ports are the ports that must be free before a collector starts.

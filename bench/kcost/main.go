@@ -43,19 +43,18 @@ import (
 )
 
 var (
-	collectorBin  = flag.String("collector", "_build/tokenwire", "the ocb-built collector")
-	baseConfig    = flag.String("config", "config.yaml", "the collector's default pipeline")
-	rounds        = flag.Int("rounds", 3, "rounds; each runs every load with tokenwire and with the floor")
-	duration      = flag.Duration("duration", 10*time.Second, "load time per load, mode and round")
-	denseStreams  = flag.Int("dense-streams", 20, "dense: concurrent stream loops")
-	denseChunks   = flag.Int("dense-chunks", 300, "dense: events per stream")
-	denseInterval = flag.Duration("dense-interval", 2*time.Millisecond, "dense: time between events")
-	sparseStreams = flag.Int("sparse-streams", 8, "sparse: concurrent SDK-client loops")
-	sparseChunks  = flag.Int("sparse-chunks", 40, "sparse: events per stream")
-	sparseIntv    = flag.Duration("sparse-interval", 100*time.Millisecond, "sparse: time between events")
-	idle          = flag.Duration("idle", 2*time.Second, "idle window before and after each load (the host's background runs)")
-	loadsFlag     = flag.String("loads", "dense,sparse", "loads to run")
-	outDir        = flag.String("outdir", "bench/results", "where kcost.csv goes")
+	collectorFlags = benchutil.RegisterCollectorFlags()
+	rounds         = flag.Int("rounds", 3, "rounds; each runs every load with tokenwire and with the floor")
+	duration       = flag.Duration("duration", 10*time.Second, "load time per load, mode and round")
+	denseStreams   = flag.Int("dense-streams", 20, "dense: concurrent stream loops")
+	denseChunks    = flag.Int("dense-chunks", 300, "dense: events per stream")
+	denseInterval  = flag.Duration("dense-interval", 2*time.Millisecond, "dense: time between events")
+	sparseStreams  = flag.Int("sparse-streams", 8, "sparse: concurrent SDK-client loops")
+	sparseChunks   = flag.Int("sparse-chunks", 40, "sparse: events per stream")
+	sparseIntv     = flag.Duration("sparse-interval", 100*time.Millisecond, "sparse: time between events")
+	idle           = flag.Duration("idle", 2*time.Second, "idle window before and after each load (the host's background runs)")
+	loadsFlag      = flag.String("loads", "dense,sparse", "loads to run")
+	outDir         = flag.String("outdir", "bench/results", "where kcost.csv goes")
 )
 
 func main() { benchutil.Main("kcost", run, nil) }
@@ -78,8 +77,8 @@ func run() error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root")
 	}
-	if _, err := os.Stat(*collectorBin); err != nil {
-		return fmt.Errorf("collector %s: %w (run make build)", *collectorBin, err)
+	if err := collectorFlags.Check(); err != nil {
+		return err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
@@ -125,7 +124,7 @@ func run() error {
 			l.stop()
 		}
 	}()
-	coll := benchutil.DefaultCollector(*collectorBin, *baseConfig, tmp)
+	coll := collectorFlags.Collector(tmp)
 	var samples []sample
 	modes := []string{"tokenwire", "nodetails", "floor"}
 	for r := range *rounds {

@@ -47,21 +47,20 @@ import (
 )
 
 var (
-	collectorBin = flag.String("collector", "_build/tokenwire", "the ocb-built collector")
-	baseConfig   = flag.String("config", "config.yaml", "the collector's default pipeline")
-	port         = flag.Int("port", 18000, "the Go SSE server's port on 127.0.0.1")
-	pyPort       = flag.Int("py-port", 18001, "the Python server's port on 127.0.0.1")
-	streams      = flag.Int("streams", 200, "concurrent streams")
-	interval     = flag.Duration("interval", 10*time.Millisecond, "Go: time between events (10ms = 100 chunks/s)")
-	chunks       = flag.Int("chunks", 200, "Go: events per stream (each client then opens a new one)")
-	pyInterval   = flag.Duration("py-interval", 50*time.Millisecond, "Python: time between events")
-	pyChunks     = flag.Int("py-chunks", 60, "Python: events per stream (each client then sends the next request on its connection)")
-	duration     = flag.Duration("duration", 12*time.Second, "measured window per variant and repeat")
-	warmup       = flag.Duration("warmup", 3*time.Second, "load before the window")
-	repeats      = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
-	variantsFlag = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,python/baseline,python/tokenwire", "variants to run: stack/observer")
-	idleConns    = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")
-	outDir       = flag.String("outdir", "bench/results", "where the results files go")
+	collectorFlags = benchutil.RegisterCollectorFlags()
+	port           = flag.Int("port", 18000, "the Go SSE server's port on 127.0.0.1")
+	pyPort         = flag.Int("py-port", 18001, "the Python server's port on 127.0.0.1")
+	streams        = flag.Int("streams", 200, "concurrent streams")
+	interval       = flag.Duration("interval", 10*time.Millisecond, "Go: time between events (10ms = 100 chunks/s)")
+	chunks         = flag.Int("chunks", 200, "Go: events per stream (each client then opens a new one)")
+	pyInterval     = flag.Duration("py-interval", 50*time.Millisecond, "Python: time between events")
+	pyChunks       = flag.Int("py-chunks", 60, "Python: events per stream (each client then sends the next request on its connection)")
+	duration       = flag.Duration("duration", 12*time.Second, "measured window per variant and repeat")
+	warmup         = flag.Duration("warmup", 3*time.Second, "load before the window")
+	repeats        = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
+	variantsFlag   = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,python/baseline,python/tokenwire", "variants to run: stack/observer")
+	idleConns      = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")
+	outDir         = flag.String("outdir", "bench/results", "where the results files go")
 )
 
 func main() {
@@ -108,8 +107,8 @@ func orchestrate() error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(*collectorBin); err != nil {
-		return fmt.Errorf("collector %s: %w (run make build)", *collectorBin, err)
+	if err := collectorFlags.Check(); err != nil {
+		return err
 	}
 	res, err := benchutil.OpenResults(*outDir, "overhead")
 	if err != nil {
@@ -120,7 +119,7 @@ func orchestrate() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	e := &env{self: self, tmp: tmp, coll: benchutil.DefaultCollector(*collectorBin, *baseConfig, tmp)}
+	e := &env{self: self, tmp: tmp, coll: collectorFlags.Collector(tmp)}
 	if e.logs, err = os.Create(filepath.Join(tmp, "children.log")); err != nil {
 		return err
 	}
@@ -173,7 +172,7 @@ func orchestrate() error {
 	return res.WriteMeta(map[string]string{
 		"streams": strconv.Itoa(*streams), "repeats": strconv.Itoa(*repeats), "window": duration.String(), "warmup": warmup.String(),
 		"go_interval": interval.String(), "go_chunks": strconv.Itoa(*chunks), "py_interval": pyInterval.String(), "py_chunks": strconv.Itoa(*pyChunks),
-		"config": *baseConfig, "idle_conns": strconv.Itoa(*idleConns),
+		"config": collectorFlags.Config(), "idle_conns": strconv.Itoa(*idleConns),
 	})
 }
 

@@ -95,17 +95,8 @@ func TestVethDropsBlocklistedSources(t *testing.T) {
 func TestVethFileEditWhileTrafficFlows(t *testing.T) {
 	p := newPair(t)
 	path := filepath.Join(t.TempDir(), "blocklist.txt")
-	writeFile := func(content string) {
-		t.Helper()
-		// Replace atomically, as config management does.
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Replaced atomically, as config management does.
+	writeFile := func(content string) { writeAtomic(t, path, content) }
 	writeFile("# blocked\n192.0.2.3\n")
 	reloaded := make(chan error, 16)
 	f, err := openIn(t, p.b, Config{

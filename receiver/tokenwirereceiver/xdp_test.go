@@ -30,12 +30,7 @@ func TestXDPFilterInThePipeline(t *testing.T) {
 	blockfile := filepath.Join(t.TempDir(), "blocklist")
 	require.NoError(t, os.WriteFile(blockfile, []byte("# test sender\n"+a.Addr+"\n"), 0o644))
 
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 100 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Enabled = false
-	cfg.XDP.Interfaces = []string{veth}
-	cfg.XDP.BlocklistFile = blockfile
+	cfg := xdpOnly(veth, blockfile)
 	cfg.XDP.Blocklist = []string{"203.0.113.0/24"}
 	require.NoError(t, cfg.Validate())
 
@@ -97,12 +92,7 @@ func TestXDPAllowlistAndRefusedReload(t *testing.T) {
 	defer tel.Shutdown(context.Background())
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = tel.NewTelemetrySettings()
-	cfg := createDefaultConfig()
-	cfg.CollectionInterval = 100 * time.Millisecond
-	cfg.Handshake.Enabled = false
-	cfg.Streams.Enabled = false
-	cfg.XDP.Interfaces = []string{veth}
-	cfg.XDP.BlocklistFile = blockfile
+	cfg := xdpOnly(veth, blockfile)
 	cfg.XDP.WatchInterval = 100 * time.Millisecond
 	cfg.XDP.Allowlist = []string{sender.String()}
 	require.NoError(t, cfg.Validate())
@@ -177,4 +167,16 @@ func telemetryValue(t *testing.T, tel *componenttest.Telemetry, name, key, value
 		}
 	}
 	return total
+}
+
+// xdpOnly is the configuration with the XDP filter alone on iface, its
+// blocklist file at blockfile, emitting every 100 ms.
+func xdpOnly(iface, blockfile string) *Config {
+	cfg := createDefaultConfig()
+	cfg.CollectionInterval = 100 * time.Millisecond
+	cfg.Handshake.Enabled = false
+	cfg.Streams.Enabled = false
+	cfg.XDP.Interfaces = []string{iface}
+	cfg.XDP.BlocklistFile = blockfile
+	return cfg
 }

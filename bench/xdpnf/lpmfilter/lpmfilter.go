@@ -18,7 +18,7 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Filter is one loaded copy of the old program with its tries.
+// Filter is one loaded copy of the baseline program with its tries.
 type Filter struct {
 	// Prog is the program, for BPF_PROG_TEST_RUN or to attach.
 	Prog *ebpf.Program
