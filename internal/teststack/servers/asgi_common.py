@@ -43,6 +43,33 @@ def new_record(request, raw, start, model, streamed):
     }
 
 
+async def respond(rec, events, think, interval, end=None):
+    """Yields each of events (strings) as its own body chunk, the first
+    after think seconds, the others interval apart, then end (not counted as
+    an event) interval after the last, when given; counts what it handed
+    over in rec, each event once the server has taken it, and reports rec
+    when the response is over, however it ends."""
+    try:
+        await asyncio.sleep(think)
+        for i, ev in enumerate(events):
+            if i > 0:
+                await asyncio.sleep(interval)
+            data = ev.encode()
+            rec["event_ns"].append(time.monotonic_ns())
+            yield data
+            rec["events"] += 1
+            rec["body_bytes"] += len(data)
+        if end is not None:
+            await asyncio.sleep(interval)
+            data = end.encode()
+            yield data
+            rec["body_bytes"] += len(data)
+        rec["done"] = True
+    finally:
+        rec["end_ns"] = time.monotonic_ns()
+        report(rec)
+
+
 def make_app(path, handler):
     """An app of TW_FRAMEWORK that answers POST path with handler(request).
     The responses are starlette's either way (FastAPI's are the same

@@ -19,34 +19,16 @@ over (the fields of the Go package's Report), with CLOCK_MONOTONIC times
 (time.monotonic_ns, the clock BPF programs stamp with).
 """
 
-import asyncio
 import json
 import os
 import time
 
 from starlette.responses import StreamingResponse
 
-from asgi_common import make_app, new_record, report, serve
+from asgi_common import make_app, new_record, respond, serve
 
 with open(os.environ["TW_REPLAY"]) as f:
     REPLAY = json.load(f)
-
-
-async def stream(rec):
-    try:
-        await asyncio.sleep(REPLAY["think_ms"] / 1000)
-        for i, ev in enumerate(REPLAY["events"]):
-            if i > 0:
-                await asyncio.sleep(REPLAY["interval_ms"] / 1000)
-            data = ev.encode()
-            rec["event_ns"].append(time.monotonic_ns())
-            yield data
-            rec["events"] += 1
-            rec["body_bytes"] += len(data)
-        rec["done"] = True
-    finally:
-        rec["end_ns"] = time.monotonic_ns()
-        report(rec)
 
 
 async def replay(request):
@@ -58,7 +40,8 @@ async def replay(request):
         body = None
     model = body.get("model", "") if isinstance(body, dict) else ""
     rec = new_record(request, raw, start, model, True)
-    return StreamingResponse(stream(rec), media_type=REPLAY["media_type"])
+    gen = respond(rec, REPLAY["events"], REPLAY["think_ms"] / 1000, REPLAY["interval_ms"] / 1000)
+    return StreamingResponse(gen, media_type=REPLAY["media_type"])
 
 
 app = make_app("/{path:path}", replay)

@@ -21,14 +21,13 @@ CLOCK_MONOTONIC times (time.monotonic_ns, the clock BPF programs stamp
 with) of the request, of each event and of the end.
 """
 
-import asyncio
 import json
 import os
 import time
 
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from asgi_common import make_app, new_record, report, serve
+from asgi_common import make_app, new_record, report, respond, serve
 
 FORMAT = os.environ.get("TW_FORMAT", "openai")
 DEFAULTS = {
@@ -57,26 +56,6 @@ def param(request, name):
     return float(v) if v is not None else DEFAULTS[name]
 
 
-async def stream(rec, events, think, interval):
-    # Counted after each yield returns: the server has taken the chunk.
-    try:
-        await asyncio.sleep(think)
-        for i in range(events):
-            data = event(i).encode()
-            rec["event_ns"].append(time.monotonic_ns())
-            yield data
-            rec["events"] += 1
-            rec["body_bytes"] += len(data)
-            await asyncio.sleep(interval)
-        data = end_marker().encode()
-        yield data
-        rec["done"] = True
-        rec["body_bytes"] += len(data)
-    finally:
-        rec["end_ns"] = time.monotonic_ns()
-        report(rec)
-
-
 async def chat(request):
     start = time.monotonic_ns()
     raw = await request.body()
@@ -91,7 +70,8 @@ async def chat(request):
         report(rec)
         return Response(PLAIN, media_type="application/json")
     media = "application/x-ndjson" if FORMAT == "ollama" else "text/event-stream"
-    gen = stream(rec, int(param(request, "events")), param(request, "think_ms") / 1000, param(request, "interval_ms") / 1000)
+    events = (event(i) for i in range(int(param(request, "events"))))
+    gen = respond(rec, events, param(request, "think_ms") / 1000, param(request, "interval_ms") / 1000, end_marker())
     return StreamingResponse(gen, media_type=media, headers={"Cache-Control": "no-cache"})
 
 
