@@ -25,6 +25,17 @@ def report(rec):
     sys.stdout.flush()
 
 
+async def read_request(request):
+    """The request's arrival (CLOCK_MONOTONIC), its body, and the body as
+    JSON (None when it is not JSON)."""
+    start = time.monotonic_ns()
+    raw = await request.body()
+    try:
+        return start, raw, json.loads(raw)
+    except ValueError:
+        return start, raw, None
+
+
 def new_record(request, raw, start, model, streamed):
     """A request's record (the fields of the Go package's Report), before its
     response: the events, their CLOCK_MONOTONIC times and the end are

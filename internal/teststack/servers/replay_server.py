@@ -21,23 +21,17 @@ over (the fields of the Go package's Report), with CLOCK_MONOTONIC times
 
 import json
 import os
-import time
 
 from starlette.responses import StreamingResponse
 
-from asgi_common import make_app, new_record, respond, serve
+from asgi_common import make_app, new_record, read_request, respond, serve
 
 with open(os.environ["TW_REPLAY"]) as f:
     REPLAY = json.load(f)
 
 
 async def replay(request):
-    start = time.monotonic_ns()
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
+    start, raw, body = await read_request(request)
     model = body.get("model", "") if isinstance(body, dict) else ""
     rec = new_record(request, raw, start, model, True)
     gen = respond(rec, REPLAY["events"], REPLAY["think_ms"] / 1000, REPLAY["interval_ms"] / 1000)

@@ -21,13 +21,12 @@ CLOCK_MONOTONIC times (time.monotonic_ns, the clock BPF programs stamp
 with) of the request, of each event and of the end.
 """
 
-import json
 import os
 import time
 
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from asgi_common import make_app, new_record, report, respond, serve
+from asgi_common import make_app, new_record, read_request, report, respond, serve
 
 FORMAT = os.environ.get("TW_FORMAT", "openai")
 DEFAULTS = {
@@ -57,11 +56,8 @@ def param(request, name):
 
 
 async def chat(request):
-    start = time.monotonic_ns()
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except ValueError:
+    start, raw, body = await read_request(request)
+    if body is None:
         return PlainTextResponse(b"not JSON\n", status_code=400)
     rec = new_record(request, raw, start, body.get("model", ""), bool(body.get("stream")))
     if not rec["streamed"]:
