@@ -132,10 +132,8 @@ func (t *Tracer) open(cfg Config) (err error) {
 		return fmt.Errorf("loading handshake maps: %w", err)
 	}
 	t.SetMaps(&t.maps)
-	for _, p := range cfg.Ports {
-		if err := t.maps.TwHsPorts.Put(uint32(p), uint8(1)); err != nil {
-			return fmt.Errorf("setting watched port %d: %w", p, err)
-		}
+	if err := probe.WatchPorts(t.maps.TwHsPorts, cfg.Ports); err != nil {
+		return err
 	}
 
 	maps := map[string]*ebpf.Map{

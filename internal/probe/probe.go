@@ -254,6 +254,17 @@ func CountEntries(m *ebpf.Map) (int, error) {
 // record waits in a quiet ring.
 const PollInterval = 100 * time.Millisecond
 
+// WatchPorts puts each of ports into m, a probe's set of watched server
+// ports (key: the port as a u32, value: 1).
+func WatchPorts(m *ebpf.Map, ports []uint16) error {
+	for _, p := range ports {
+		if err := m.Put(uint32(p), uint8(1)); err != nil {
+			return fmt.Errorf("setting watched port %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
 // WakeupBytes is the backlog at which the kernel wakes the reader at once:
 // a quarter of the ring, so bursts never fill it between polls.
 func WakeupBytes(ringBytes uint32) uint64 { return uint64(ringBytes / 4) }

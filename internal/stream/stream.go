@@ -218,12 +218,9 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		return fmt.Errorf("loading stream maps: %w", err)
 	}
 	t.SetMaps(&t.maps)
-	for _, p := range cfg.Ports {
-		if !inMap {
-			break
-		}
-		if err := t.maps.TwStPorts.Put(uint32(p), uint8(1)); err != nil {
-			return fmt.Errorf("setting watched port %d: %w", p, err)
+	if inMap {
+		if err := probe.WatchPorts(t.maps.TwStPorts, cfg.Ports); err != nil {
+			return err
 		}
 	}
 	maps := map[string]*ebpf.Map{
