@@ -128,10 +128,9 @@ func (t *Tracer) open(cfg Config) (err error) {
 		return err
 	}
 
-	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
-		return fmt.Errorf("loading handshake maps: %w", err)
+	if err := t.LoadMaps(spec, &t.maps, "handshake"); err != nil {
+		return err
 	}
-	t.SetMaps(&t.maps)
 	if err := probe.WatchPorts(t.maps.TwHsPorts, cfg.Ports); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -28,8 +29,16 @@ type Tracer struct {
 	closeErr   error
 }
 
-// SetMaps hands the tracer its loaded maps, closed last by Close.
-func (t *Tracer) SetMaps(maps io.Closer) { t.maps = maps }
+// LoadMaps loads the maps of spec into maps (a bpf2go Maps struct) and
+// hands them to the tracer, which closes them last in Close; what names
+// the capability in the error.
+func (t *Tracer) LoadMaps(spec *ebpf.CollectionSpec, maps io.Closer, what string) error {
+	if err := spec.LoadAndAssign(maps, nil); err != nil {
+		return fmt.Errorf("loading %s maps: %w", what, err)
+	}
+	t.maps = maps
+	return nil
+}
 
 // Attached records something attached, detached by Stop and Close.
 func (t *Tracer) Attached(c io.Closer) {

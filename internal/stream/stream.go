@@ -214,10 +214,9 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 			return fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
-	if err := spec.LoadAndAssign(&t.maps, nil); err != nil {
-		return fmt.Errorf("loading stream maps: %w", err)
+	if err := t.LoadMaps(spec, &t.maps, "stream"); err != nil {
+		return err
 	}
-	t.SetMaps(&t.maps)
 	if inMap {
 		if err := probe.WatchPorts(t.maps.TwStPorts, cfg.Ports); err != nil {
 			return err
