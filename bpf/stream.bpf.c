@@ -38,6 +38,7 @@
 #include "ringbuf.h"
 #include "syscall_io.h"
 #include "stream_state.h"
+#include "stream_capture.h"
 #include "stream_peek.h"
 #include "stream_write.h"
 #include "stream_tls_records.h"
