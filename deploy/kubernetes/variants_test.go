@@ -50,9 +50,9 @@ func variantNamed(t *testing.T, name string) variant {
 // perf_event_open, and NET_ADMIN only where the XDP filter is on.
 func (v variant) wantCaps() []string {
 	if v.xdp {
-		return []string{"BPF", "NET_ADMIN", "PERFMON"}
+		return []string{"BPF", "NET_ADMIN", "PERFMON", "SYS_PTRACE"}
 	}
-	return []string{"BPF", "PERFMON"}
+	return []string{"BPF", "PERFMON", "SYS_PTRACE"}
 }
 
 // of returns the manifests of the variant's files.
