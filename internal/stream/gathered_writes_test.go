@@ -21,32 +21,20 @@ import (
 // coalescing window), then waits for the client to close.
 func writesServer(t *testing.T, writes [][][]byte) uint16 {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	return teststack.ServeOne(t, func(c *net.TCPConn) {
 		br := bufio.NewReader(c)
 		for {
 			if line, err := br.ReadString('\n'); err != nil || line == "\r\n" {
 				break
 			}
 		}
-		tc := c.(*net.TCPConn)
-		teststack.SendAll(tc, teststack.ModeWrite, [][]byte{[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")})
+		teststack.SendAll(c, teststack.ModeWrite, [][]byte{[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")})
 		for _, w := range writes {
 			time.Sleep(3 * time.Millisecond)
-			teststack.SendAll(tc, teststack.ModeWritev, w)
+			teststack.SendAll(c, teststack.ModeWritev, w)
 		}
 		io.Copy(io.Discard, c)
-	}()
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
+	})
 }
 
 // frame is an SSE event as a chunk in separate buffers: size line, data,

@@ -279,39 +279,19 @@ func TestCloseDelimitedResponse(t *testing.T) {
 // it: the request is captured once.
 func TestPeekedRequestIsCapturedOnce(t *testing.T) {
 	bpftest.Require(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	const request = "GET /peeked HTTP/1.1\r\nHost: x\r\n\r\n"
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		rc, _ := c.(*net.TCPConn).SyscallConn()
+	port := teststack.ServeOne(t, func(c *net.TCPConn) {
 		buf := make([]byte, 512)
-		rc.Read(func(fd uintptr) bool {
-			n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_PEEK)
-			return err != unix.EAGAIN && n == len(request)
-		})
+		waitQueued(c, buf, len(request))
 		io.ReadFull(c, buf[:len(request)])
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-		time.Sleep(3 * time.Millisecond)
-		io.WriteString(c, "8\r\ndata: x\n\r\n")
-		time.Sleep(3 * time.Millisecond)
-		io.WriteString(c, "0\r\n\r\n")
-		io.Copy(io.Discard, c)
-	}()
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+		answerOneEvent(c)
+	})
 	tr, err := Open(testConfig(port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := record(t, tr)
-	c := dialRaw(t, ln.Addr().String())
+	c := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
 	io.WriteString(c, request)
 	readChunked(t, bufio.NewReader(c))
 	streams := rec.ends(t, 1)
@@ -319,4 +299,26 @@ func TestPeekedRequestIsCapturedOnce(t *testing.T) {
 	if got := requestBytes(streams[e.ID]); string(got) != request {
 		t.Errorf("request captured as %q, want it once: %q", got, request)
 	}
+}
+
+// waitQueued waits until n bytes are queued on c (peeking into buf), so
+// that the next read takes them all at once.
+func waitQueued(c *net.TCPConn, buf []byte, n int) {
+	rc, _ := c.SyscallConn()
+	rc.Read(func(fd uintptr) bool {
+		got, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_PEEK)
+		return err != unix.EAGAIN && got == n
+	})
+}
+
+// answerOneEvent writes a chunked SSE response of one event, 3 ms after
+// its head and 3 ms before its terminator (more than the coalescing
+// window), then reads until the client closes.
+func answerOneEvent(c net.Conn) {
+	io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+	time.Sleep(3 * time.Millisecond)
+	io.WriteString(c, "8\r\ndata: x\n\r\n")
+	time.Sleep(3 * time.Millisecond)
+	io.WriteString(c, "0\r\n\r\n")
+	io.Copy(io.Discard, c)
 }

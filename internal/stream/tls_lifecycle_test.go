@@ -3,8 +3,6 @@ package stream
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,30 +14,6 @@ import (
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
-// perfEventFDs counts this process's perf event descriptors (a uprobe
-// attached by a perf-event link holds one).
-func perfEventFDs(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range entries {
-		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); target == "anon_inode:[perf_event]" {
-			n++
-		}
-	}
-	return n
-}
-
-// uprobeEvents returns the uprobes defined through tracefs (the fallback
-// where the kernel has no uprobe PMU): there must be none of ours left.
-func uprobeEvents() string {
-	b, _ := os.ReadFile("/sys/kernel/tracing/uprobe_events")
-	return string(b)
-}
-
 // leftovers fails the test when anything the tracers opened since base is
 // still there.
 func leftovers(t *testing.T, base *bpftest.Baseline, perf int, events string) {
@@ -48,10 +22,10 @@ func leftovers(t *testing.T, base *bpftest.Baseline, perf int, events string) {
 	if err != nil || !objs.Empty() {
 		t.Errorf("left behind: %v (%v)", objs, err)
 	}
-	if n := perfEventFDs(t); n != perf {
+	if n := bpftest.PerfEventFDs(t); n != perf {
 		t.Errorf("%d perf event descriptors, %d before", n, perf)
 	}
-	if now := uprobeEvents(); now != events {
+	if now := bpftest.UprobeEvents(); now != events {
 		t.Errorf("tracefs uprobe events now %q, before %q", now, events)
 	}
 }
@@ -67,7 +41,7 @@ func TestTLSUprobesLeaveNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perf, events := perfEventFDs(t), uprobeEvents()
+	perf, events := bpftest.PerfEventFDs(t), bpftest.UprobeEvents()
 	curl := func() {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -106,7 +80,7 @@ func TestTLSServerKilledMidStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perf, events := perfEventFDs(t), uprobeEvents()
+	perf, events := bpftest.PerfEventFDs(t), bpftest.UprobeEvents()
 	srv := teststack.ServeStack(t, teststack.StackStarlette, opts)
 	pid := srv.Proc.Pid()
 	waitProbed(t, tr, pid)
@@ -161,10 +135,10 @@ func TestTLSServerKilledMidStream(t *testing.T) {
 	if err != nil || objs.Links != 0 || len(objs.Maps) != 0 || len(objs.Programs) != len(tr.TLSPrograms()) {
 		t.Errorf("left behind: %v (%v); the tracer holds %d uprobe programs", objs, err, len(tr.TLSPrograms()))
 	}
-	if n := perfEventFDs(t); n != perf {
+	if n := bpftest.PerfEventFDs(t); n != perf {
 		t.Errorf("%d perf event descriptors, %d before", n, perf)
 	}
-	if now := uprobeEvents(); now != events {
+	if now := bpftest.UprobeEvents(); now != events {
 		t.Errorf("tracefs uprobe events now %q, before %q", now, events)
 	}
 	ends := completed(rec.ends(t, 1))

@@ -77,3 +77,24 @@ func (s *RawServer) answer(c net.Conn, think, interval time.Duration, events []s
 		time.Sleep(interval)
 	}
 }
+
+// ServeOne serves the first connection to a free 127.0.0.1 port with
+// handle, which owns it until it returns (the connection is closed then);
+// the listener closes when the test ends. It returns the port.
+func ServeOne(tb testing.TB, handle func(c *net.TCPConn)) uint16 {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		handle(c.(*net.TCPConn))
+	}()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}

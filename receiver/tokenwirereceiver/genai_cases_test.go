@@ -2,9 +2,15 @@ package tokenwirereceiver
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
+	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/tokenwire/tokenwire/internal/genai"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 )
 
@@ -182,4 +188,24 @@ func wireCases() []genaiCase {
 		writes: join([]string{llmwire.UvicornHead}, chunked(vllmChatEvents...), []string{llmwire.LastChunk}),
 		want:   vllmChatWant, traceparent: true,
 	}}
+}
+
+// serveWireCases serves every wire case on a free port: a request for
+// "?case=i" gets case i's writes. The server reads 1 KiB at a time.
+func serveWireCases(t *testing.T) (*teststack.WireServer, int) {
+	cases := wireCases()
+	wire := &teststack.WireServer{ReadSize: 1024, Respond: func(r teststack.WireRequest) teststack.WireResponse {
+		_, q, _ := strings.Cut(r.Target, "?case=")
+		i, _ := strconv.Atoi(q)
+		return respond(cases[i].writes)
+	}}
+	return wire, teststack.ServeWire(t, wire)
+}
+
+// wireRequest is the JSON request of wire case i to port.
+func wireRequest(t *testing.T, port, i int, c genaiCase) *http.Request {
+	req, err := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d%s?case=%d", port, c.path, i), strings.NewReader(c.body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }

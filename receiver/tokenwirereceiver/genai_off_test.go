@@ -1,9 +1,6 @@
 package tokenwirereceiver
 
 import (
-	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +8,6 @@ import (
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/genai"
-	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // TestResponseDetailsOff streams every format with streams.response_details
@@ -23,21 +19,12 @@ import (
 func TestResponseDetailsOff(t *testing.T) {
 	bpftest.Require(t)
 	cases := wireCases()
-	wire := &teststack.WireServer{ReadSize: 1024, Respond: func(r teststack.WireRequest) teststack.WireResponse {
-		_, q, _ := strings.Cut(r.Target, "?case=")
-		var i int
-		fmt.Sscan(q, &i)
-		return respond(cases[i].writes)
-	}}
-	port := teststack.ServeWire(t, wire)
+	_, port := serveWireCases(t)
 	cfg := streamConfig(port, 200*time.Millisecond)
 	cfg.Streams.ResponseDetails = false
 	s := start(t, cfg)
 	for i, c := range cases {
-		req, err := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d%s?case=%d", port, c.path, i), strings.NewReader(c.body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		fetch(t, req)
+		fetch(t, wireRequest(t, port, i, c))
 	}
 	require.Eventually(t, func() bool { return s.traces.SpanCount() == len(cases) }, 10*time.Second, 20*time.Millisecond)
 	s.shutdown()

@@ -38,12 +38,7 @@ const (
 // port whose provider is configured; the others through a WireServer.
 func TestGenAIFormatsThroughTheKernel(t *testing.T) {
 	bpftest.Require(t)
-	wire := &teststack.WireServer{ReadSize: 1024, Respond: func(r teststack.WireRequest) teststack.WireResponse {
-		_, q, _ := strings.Cut(r.Target, "?case=")
-		i, _ := strconv.Atoi(q)
-		return respond(wireCases()[i].writes)
-	}}
-	wirePort := teststack.ServeWire(t, wire)
+	wire, wirePort := serveWireCases(t)
 	py := teststack.ServeStack(t, teststack.StackFastAPI, teststack.StackOptions{Replay: &teststack.Replay{
 		MediaType: "text/event-stream", Events: vllmChatEvents, Think: genaiThink, Interval: genaiInterval}})
 
@@ -62,9 +57,7 @@ func TestGenAIFormatsThroughTheKernel(t *testing.T) {
 	var runs []run
 	traceID := "0af7651916cd43dd8448eb211c80319c"
 	for i, c := range wireCases() {
-		req, err := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d%s?case=%d", wirePort, c.path, i), strings.NewReader(c.body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
+		req := wireRequest(t, wirePort, i, c)
 		if c.traceparent {
 			// The SDK's and a proxy's headers, 6 KiB of them, before the
 			// traceparent: it is read 1 KiB at a time too.

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -147,26 +145,4 @@ func chat(t *testing.T, client *http.Client, url string) tlsRun {
 	require.NoError(t, sc.Err())
 	require.False(t, run.firstEvent.IsZero(), "no event")
 	return run
-}
-
-// perfEventFDs counts this process's perf event descriptors (a uprobe
-// attached by a perf-event link holds one).
-func perfEventFDs(t *testing.T) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	n := 0
-	for _, e := range entries {
-		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); target == "anon_inode:[perf_event]" {
-			n++
-		}
-	}
-	return n
-}
-
-// uprobeEvents returns the uprobes defined through tracefs (the fallback
-// where the kernel has no uprobe PMU).
-func uprobeEvents() string {
-	b, _ := os.ReadFile("/sys/kernel/tracing/uprobe_events")
-	return string(b)
 }

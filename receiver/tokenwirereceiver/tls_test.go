@@ -160,7 +160,7 @@ func TestTLSStreamsReadAsPlaintext(t *testing.T) {
 			}
 			base, err := bpftest.NewBaseline()
 			require.NoError(t, err)
-			perf, events := perfEventFDs(t), uprobeEvents()
+			perf, events := bpftest.PerfEventFDs(t), bpftest.UprobeEvents()
 
 			s := startTLSReceiver(t, tlsConfig(port))
 			if !tc.before {
@@ -190,8 +190,8 @@ func TestTLSStreamsReadAsPlaintext(t *testing.T) {
 			objs, err := base.WaitGone(10 * time.Second)
 			require.NoError(t, err)
 			require.True(t, objs.Empty(), "left behind: %v", objs)
-			require.Equal(t, perf, perfEventFDs(t), "perf event descriptors")
-			require.Equal(t, events, uprobeEvents(), "tracefs uprobe events")
+			require.Equal(t, perf, bpftest.PerfEventFDs(t), "perf event descriptors")
+			require.Equal(t, events, bpftest.UprobeEvents(), "tracefs uprobe events")
 		})
 	}
 }
