@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,8 +96,11 @@ func TestNoLibraryCountedOncePerProcessReportedOncePerFile(t *testing.T) {
 // its files are not read.
 func TestExcludedProcessIsNoFailure(t *testing.T) {
 	bpftest.Require(t)
-	m, procs, _ := startManager(t, Config{Select: func(_ uint32, exe string) bool { return exe != "sleep" }})
+	// By pid: where sleep is busybox, its executable is not named sleep.
+	var excluded atomic.Uint32
+	m, procs, _ := startManager(t, Config{Select: func(pid uint32, _ string) bool { return pid != excluded.Load() }})
 	a := sleeper(t)
+	excluded.Store(a)
 	m.Discover(a)
 	tgs := waitTargets(t, m, 1)
 	if tgs[0].Reason != ReasonExcluded || tgs[0].Probed {
