@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -21,8 +22,13 @@ func openAIChunk(i int) string {
 type load struct {
 	name, describe string
 	port           int
-	run            func(d time.Duration) (loadResult, error)
-	stop           func()
+	// serverPid is the server's process when it is not this one: its CPU
+	// time over each load is measured (uprobes cost it trap time that bpf
+	// stats do not count).
+	serverPid int
+	modes     []string // the collector set-ups measured under this load
+	run       func(d time.Duration) (loadResult, error)
+	stop      func()
 }
 
 type loadResult struct {
@@ -78,7 +84,12 @@ func startLoads(tmp string) ([]*load, error) {
 		case "dense":
 			l, err = denseLoad()
 		case "sparse":
-			l, err = sparseLoad(tmp)
+			l, err = sparseLoad(tmp, nil)
+		case "tls":
+			var cert *teststack.TLSCert
+			if cert, err = teststack.NewTLSCert(tmp); err == nil {
+				l, err = sparseLoad(tmp, cert)
+			}
 		default:
 			err = fmt.Errorf("-loads: unknown load %q", name)
 		}
@@ -101,7 +112,7 @@ func denseLoad() (*load, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() },
+	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: []string{"tokenwire", "nodetails", "floor"},
 		describe: fmt.Sprintf("Go net/http SSE server, %d concurrent streams of %d events %v apart, %d-byte events, one connection per stream",
 			*denseStreams, *denseChunks, *denseInterval, len(openAIChunk(0)))}
 	l.run = func(d time.Duration) (loadResult, error) {
@@ -145,20 +156,28 @@ func getStream(addr string) (int, int64, error) {
 }
 
 // sparseLoad is uvicorn + starlette (teststack's Python server) and
-// clients that send chat completions as openai-python does.
-func sparseLoad(tmp string) (*load, error) {
+// clients that send chat completions as openai-python does; over TLS
+// (Python's ssl module, libssl) when cert is set.
+func sparseLoad(tmp string, cert *teststack.TLSCert) (*load, error) {
 	srv, err := teststack.StartStack(teststack.StackStarlette, teststack.StackOptions{
-		Events: *sparseChunks, Think: 20 * time.Millisecond, Interval: *sparseIntv, Dir: tmp})
+		Events: *sparseChunks, Think: 20 * time.Millisecond, Interval: *sparseIntv, Dir: tmp, TLS: cert})
 	if err != nil {
 		return nil, err
 	}
-	l := &load{name: "sparse", port: srv.Port, stop: func() { srv.Stop() },
+	l := &load{name: "sparse", port: srv.Port, serverPid: srv.Proc.Pid(), stop: func() { srv.Stop() },
+		modes: []string{"tokenwire", "nodetails", "floor"},
 		describe: fmt.Sprintf("uvicorn %v + starlette (Python %v), %d openai-python-style clients on keep-alive connections, streams of %d events %v apart",
 			srv.Ready["uvicorn"], srv.Ready["python"], *sparseStreams, *sparseChunks, *sparseIntv)}
+	var clientTLS *tls.Config
+	if cert != nil {
+		clientTLS = cert.ClientConfig()
+		l.name, l.modes = "tls", []string{"tokenwire", "notls", "floor"}
+		l.describe = "the sparse load over TLS (uvicorn's --ssl-certfile, Python's ssl module on libssl; TLS 1.3 clients): " + l.describe
+	}
 	l.run = func(d time.Duration) (loadResult, error) {
 		clients := make([]*teststack.SDKClient, *sparseStreams)
 		for i := range clients {
-			clients[i] = &teststack.SDKClient{SDK: teststack.SDKPython, Addr: srv.Addr, Timeout: time.Minute}
+			clients[i] = &teststack.SDKClient{SDK: teststack.SDKPython, Addr: srv.Addr, Timeout: time.Minute, TLS: clientTLS}
 		}
 		defer func() {
 			for _, c := range clients {

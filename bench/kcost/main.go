@@ -14,7 +14,11 @@
 //   - sparse: the Python stack vLLM serves with (uvicorn + starlette,
 //     teststack's server) and -sparse-streams clients that send chat
 //     completions as the official openai SDK does (keep-alive), events
-//     -sparse-interval apart.
+//     -sparse-interval apart;
+//   - tls: the sparse load over TLS, measured with the TLS uprobes (mode
+//     tokenwire) and without them (mode notls: timed from record headers),
+//     with the server process's CPU time beside the programs' (a uprobe's
+//     trap is not in bpf stats).
 //
 // Per program it writes run count and run time (kernel bpf stats, turned
 // on through a BPF_ENABLE_STATS descriptor: off again when this process
@@ -53,7 +57,7 @@ var (
 	sparseChunks   = flag.Int("sparse-chunks", 40, "sparse: events per stream")
 	sparseIntv     = flag.Duration("sparse-interval", 100*time.Millisecond, "sparse: time between events")
 	idle           = flag.Duration("idle", 2*time.Second, "idle window before and after each load (the host's background runs)")
-	loadsFlag      = flag.String("loads", "dense,sparse", "loads to run")
+	loadsFlag      = flag.String("loads", "dense,sparse,tls", "loads to run")
 	outDir         = flag.String("outdir", "bench/results", "where kcost.csv goes")
 )
 
@@ -71,6 +75,7 @@ type sample struct {
 	seconds, others, bsy float64
 	idleRuns, idleNs     uint64 // in the idle windows around the load
 	idleSecs             float64
+	serverCPU            float64 // the server process's CPU seconds over the load; -1: not measured
 }
 
 func run() error {
@@ -126,12 +131,11 @@ func run() error {
 	}()
 	coll := collectorFlags.Collector(tmp)
 	var samples []sample
-	modes := []string{"tokenwire", "nodetails", "floor"}
 	for r := range *rounds {
 		for k := range loads {
 			l := loads[(k+r)%len(loads)]
-			for m := range modes {
-				mode := modes[(m+r)%len(modes)]
+			for m := range l.modes {
+				mode := l.modes[(m+r)%len(l.modes)]
 				fmt.Fprintf(os.Stderr, "kcost: round %d/%d, %s, %s\n", r+1, *rounds, l.name, mode)
 				ss, err := measure(g, coll, l, mode, logs)
 				if err != nil {
@@ -154,11 +158,12 @@ func run() error {
 		rows = append(rows, []string{strconv.Itoa(s.round), s.load, s.mode, s.prog, strconv.Itoa(int(s.id)), s.hook,
 			strconv.FormatUint(s.runs, 10), strconv.FormatUint(s.ns, 10), strconv.Itoa(s.chunks), strconv.Itoa(s.streams),
 			strconv.FormatInt(s.bytes, 10), fmt.Sprintf("%.3f", s.seconds), fmt.Sprintf("%.3f", s.bsy), fmt.Sprintf("%.3f", s.others),
-			strconv.FormatUint(s.idleRuns, 10), strconv.FormatUint(s.idleNs, 10), fmt.Sprintf("%.3f", s.idleSecs)})
+			strconv.FormatUint(s.idleRuns, 10), strconv.FormatUint(s.idleNs, 10), fmt.Sprintf("%.3f", s.idleSecs),
+			fmt.Sprintf("%.4f", s.serverCPU)})
 	}
 	if err := res.WriteCSV("kcost.csv", []string{"round", "load", "mode", "program", "prog_id", "hook", "run_cnt", "run_ns",
 		"chunks", "streams", "chunk_bytes", "seconds", "host_busy_cores", "others_cores",
-		"idle_run_cnt", "idle_run_ns", "idle_seconds"}, rows); err != nil {
+		"idle_run_cnt", "idle_run_ns", "idle_seconds", "server_cpu_seconds"}, rows); err != nil {
 		return err
 	}
 	params := map[string]string{"rounds": strconv.Itoa(*rounds), "duration": duration.String(), "idle": idle.String()}
@@ -177,16 +182,25 @@ const noDetails = `receivers:
       response_details: false
 `
 
-// measure runs one load with tokenwire's collector (mode tokenwire, or
-// nodetails without response details) or with the floor programs attached,
-// and returns each program's runs and run time over the load.
+// noTLS is the overlay of mode notls: the default pipeline without the TLS
+// uprobes, so that TLS streams are timed from record headers and the
+// difference from mode tokenwire is what reading their plaintext costs.
+const noTLS = `receivers:
+  tokenwire:
+    streams:
+      tls:
+        enabled: false
+`
+
+// measure runs one load with tokenwire's collector (mode tokenwire;
+// nodetails without response details; notls without the TLS uprobes) or
+// with the floor programs attached, and returns each program's runs and
+// run time over the load.
 func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
 	var before func() (map[uint32]benchutil.ProgStat, error)
 	switch mode {
-	case "tokenwire", "nodetails":
-		if mode == "nodetails" {
-			coll.Overlay = noDetails
-		}
+	case "tokenwire", "nodetails", "notls":
+		coll.Overlay = map[string]string{"nodetails": noDetails, "notls": noTLS}[mode]
 		p, err := coll.Start(g, l.port, false, logs)
 		if err != nil {
 			return nil, err
@@ -214,12 +228,17 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		return nil, err
 	}
 	host := benchutil.StartHost()
+	cpu0 := serverCPU(l)
 	t0 := time.Now()
 	lr, err := l.run(*duration)
 	if err != nil {
 		return nil, err
 	}
 	secs := time.Since(t0).Seconds()
+	cpu := serverCPU(l) - cpu0
+	if l.serverPid == 0 {
+		cpu = -1
+	}
 	hl := host.Stop()
 	s1, err := before()
 	if err != nil {
@@ -238,7 +257,7 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		out = append(out, sample{load: l.name, mode: mode, prog: b.Name, id: id, hook: hookOf(b.Name),
 			runs: b.RunCnt - a.RunCnt, ns: b.RunNs - a.RunNs, chunks: lr.chunks, streams: lr.streams, bytes: lr.bytes,
 			seconds: secs, bsy: hl.BusyCores, others: hl.OthersCores,
-			idleRuns: idleRuns, idleNs: idleNs, idleSecs: 2 * idle.Seconds()})
+			idleRuns: idleRuns, idleNs: idleNs, idleSecs: 2 * idle.Seconds(), serverCPU: cpu})
 	}
 	if lr.chunks == 0 {
 		return nil, fmt.Errorf("no chunks delivered (first error: %v)", lr.err)
@@ -255,4 +274,17 @@ func byID(ps []benchutil.ProgStat, err error) (map[uint32]benchutil.ProgStat, er
 		m[p.ID] = p
 	}
 	return m, nil
+}
+
+// serverCPU is the CPU seconds of l's server process so far, to the
+// nanosecond (0 when it is this process or cannot be read).
+func serverCPU(l *load) float64 {
+	if l.serverPid == 0 {
+		return 0
+	}
+	s, err := benchutil.RunSeconds(l.serverPid)
+	if err != nil {
+		return 0
+	}
+	return s
 }

@@ -19,6 +19,7 @@ type kround struct {
 	ns, runs        map[string]float64 // net, by program
 	hook            map[string]string
 	others, seconds float64
+	serverCPU       float64 // the server process's CPU seconds; -1: not measured
 }
 
 func (k kround) perChunk() float64 { return k.total / k.chunks }
@@ -38,7 +39,8 @@ func loadKcost(runID string) (map[[2]string][]kround, error) {
 		kr := idx[k][rn]
 		if kr == nil {
 			kr = &kround{round: rn, chunks: num(r, "chunks"), bytes: num(r, "chunk_bytes"), ns: map[string]float64{},
-				runs: map[string]float64{}, hook: map[string]string{}, others: num(r, "others_cores"), seconds: num(r, "seconds")}
+				runs: map[string]float64{}, hook: map[string]string{}, others: num(r, "others_cores"), seconds: num(r, "seconds"),
+				serverCPU: num(r, "server_cpu_seconds")}
 			idx[k][rn] = kr
 		}
 		scale := num(r, "seconds") / num(r, "idle_seconds")
@@ -155,6 +157,7 @@ func kcostSection(d *doc) error {
 			totals[l].f(0)+" ns", atMost(totals[l], 250)+floorNote(floors[l]), "1")
 	}
 	detailsCost(d, data)
+	tlsCost(d, data, meta.Params["tls"])
 	if tw, tws := data[[2]string{"dense", "tokenwire"}], data[[2]string{"sparse", "tokenwire"}]; len(tw) > 0 && len(tws) > 0 {
 		ratio := byRound(tws, tw, func(x, y kround) float64 { return x.perChunk() / y.perChunk() })
 		d.p("Sparse / dense, per round: %s (target at most 2).\n\n", ratio.f(2))

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"strings"
+)
+
+// tlsEntry reports whether a program is one of the TLS uprobes' entry
+// programs: one run per SSL_read/SSL_write (or Go Read/Write) call.
+func tlsEntry(prog string) bool {
+	return strings.HasPrefix(prog, "tw_tls_") && !strings.HasSuffix(prog, "ret")
+}
+
+// tlsNs is the net ns of all TLS uprobe programs in one round.
+func tlsNs(r kround) float64 {
+	var ns float64
+	for p, v := range r.ns {
+		if strings.HasPrefix(p, "tw_tls_") {
+			ns += v
+		}
+	}
+	return ns
+}
+
+// tlsCalls is the TLS library calls the uprobes saw in one round.
+func tlsCalls(r kround) float64 {
+	var n float64
+	for p, v := range r.runs {
+		if tlsEntry(p) {
+			n += v
+		}
+	}
+	return n
+}
+
+// serverUsPerChunk is the server process's CPU per delivered chunk, in
+// microseconds.
+func serverUsPerChunk(r kround) float64 { return r.serverCPU / r.chunks * 1e6 }
+
+// tlsCost compares the TLS load with the uprobes (mode tokenwire), without
+// them (notls: the same collector timing TLS from record headers) and with
+// the empty programs: what the uprobes cost per call and per chunk in BPF
+// time, and in the server's own CPU, which also pays each uprobe's trap
+// into the kernel (not in bpf stats).
+func tlsCost(d *doc, data map[[2]string][]kround, describe string) {
+	tw, no, fl := data[[2]string{"tls", "tokenwire"}], data[[2]string{"tls", "notls"}], data[[2]string{"tls", "floor"}]
+	if len(tw) == 0 || len(no) == 0 {
+		return
+	}
+	d.p("### TLS: the uprobes on the server's TLS library\n\n")
+	d.p("Load: %s. Modes: the default collector, whose uprobes read the plaintext (mode `tls`); the same collector with `streams.tls.enabled: false` (no uprobe; streams timed from TLS record headers, mode `opaque`); the empty programs. ", describe)
+	d.p("BPF figures are net of the idle windows; the server's CPU is its process's user+system time over the load, which includes each uprobe's trap into the kernel and back.\n\n")
+	d.p("| mode | chunks per round | TLS calls per chunk | uprobe programs: ns per call | all programs: ns per chunk | server CPU: µs per chunk |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, m := range []struct {
+		name string
+		rs   []kround
+	}{{"uprobes (default)", tw}, {"no uprobes (`tls.enabled: false`)", no}, {"empty programs", fl}} {
+		if len(m.rs) == 0 {
+			continue
+		}
+		calls, perCall := "-", "-"
+		if m.rs[0].runs != nil && tlsCalls(m.rs[0]) > 0 {
+			calls = each(m.rs, func(r kround) float64 { return tlsCalls(r) / r.chunks }).f(2)
+			perCall = each(m.rs, func(r kround) float64 { return tlsNs(r) / tlsCalls(r) }).f(0)
+		}
+		d.p("| %s | %s | %s | %s | %s | %s |\n", m.name, each(m.rs, func(r kround) float64 { return r.chunks }).f(0), calls, perCall,
+			each(m.rs, kround.perChunk).f(0), each(m.rs, serverUsPerChunk).f(1))
+	}
+	bpfAdded := byRound(tw, no, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
+	cpuAdded := byRound(tw, no, func(x, y kround) float64 { return serverUsPerChunk(x) - serverUsPerChunk(y) })
+	rel := byRound(tw, no, func(x, y kround) float64 { return serverUsPerChunk(x)/serverUsPerChunk(y) - 1 })
+	d.p("\nPaired by round, the uprobes against no uprobes: BPF time %s ns per chunk; the server's CPU %s µs per chunk (%s of its CPU per chunk without them).\n\n",
+		bpfAdded.f(0), cpuAdded.f(1), rel.pct())
+	d.target("TLS uprobes: added BPF time per chunk (computed, no target)", bpfAdded.f(0)+" ns", "computed, no target", "1")
+	d.target("TLS uprobes: added server CPU per chunk, traps included (computed, no target)", cpuAdded.f(1)+" µs ("+rel.pct()+")", "computed, no target", "1")
+}
