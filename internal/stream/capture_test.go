@@ -1,9 +1,7 @@
 package stream
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"testing"
@@ -31,18 +29,8 @@ func TestLargeRequestInOneReadIsCaptured(t *testing.T) {
 			})
 			cfg := testConfig(port)
 			cfg.RequestCaptureBytes = uint32(budget)
-			tr, err := Open(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
-			c := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
-			io.WriteString(c, request)
-			readChunked(t, bufio.NewReader(c))
-			streams := rec.ends(t, 1)
-			e := requireCompleted(t, streams, 1)[0]
 			want := request[:min(budget, len(request))]
-			if got := requestBytes(streams[e.ID]); string(got) != want {
+			if got := capturedRequest(t, cfg, port, request); string(got) != want {
 				t.Errorf("captured %d bytes, want the first %d of the request in order (got == want: %v)", len(got), len(want), string(got) == want)
 			}
 		})

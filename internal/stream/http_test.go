@@ -286,17 +286,7 @@ func TestPeekedRequestIsCapturedOnce(t *testing.T) {
 		io.ReadFull(c, buf[:len(request)])
 		answerOneEvent(c)
 	})
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
-	c := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
-	io.WriteString(c, request)
-	readChunked(t, bufio.NewReader(c))
-	streams := rec.ends(t, 1)
-	e := requireCompleted(t, streams, 1)[0]
-	if got := requestBytes(streams[e.ID]); string(got) != request {
+	if got := capturedRequest(t, testConfig(port), port, request); string(got) != request {
 		t.Errorf("request captured as %q, want it once: %q", got, request)
 	}
 }
@@ -321,4 +311,22 @@ func answerOneEvent(c net.Conn) {
 	time.Sleep(3 * time.Millisecond)
 	io.WriteString(c, "0\r\n\r\n")
 	io.Copy(io.Discard, c)
+}
+
+// capturedRequest opens a tracer with cfg, sends request to the server on
+// port over a new connection, reads its chunked answer, and returns what
+// the kernel captured of the request of the one stream that completed.
+func capturedRequest(t *testing.T, cfg Config, port uint16, request string) []byte {
+	t.Helper()
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	c := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
+	io.WriteString(c, request)
+	readChunked(t, bufio.NewReader(c))
+	streams := rec.ends(t, 1)
+	e := requireCompleted(t, streams, 1)[0]
+	return requestBytes(streams[e.ID])
 }
