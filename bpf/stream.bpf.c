@@ -23,6 +23,9 @@
  * TCP (sock_def_readable, tcp_recvmsg, tcp_sendmsg_locked) give the same
  * events with the same arguments.
  *
+ * Client connections (to configured remote ports) run the same machine
+ * with the directions swapped: stream_client.h.
+ *
  * Per-chunk work updates the socket's state in place (no upsert, no
  * record): the chunk-interval histogram lives in the state and reaches user
  * space in a PROGRESS record at most once per flush interval, and in the
@@ -51,6 +54,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define EPIPE 32
 #define MSG_PEEK 2
 #define RCV_SHUTDOWN 1
+
+#include "stream_client.h"
 
 const struct stream_payload *unused_stream_payload __attribute__((unused));
 const struct stream_stats *unused_stream_stats __attribute__((unused));
@@ -110,7 +115,11 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 static __always_inline int on_recv_length(const struct sock *sk, int ret, int flags, const int typed)
 {
 	/* A peek leaves the bytes queued: the read that takes them comes next. */
-	if (ret <= 0 || (flags & MSG_PEEK) || !watched_sock(sk, typed))
+	if (ret < 0 || (flags & MSG_PEEK))
+		return 0;
+	if (!watched_sock(sk, typed))
+		return client_recv(sk, ret, typed);
+	if (ret == 0)
 		return 0;
 	struct stream_state *st = state_of(sk);
 	if (!st)
@@ -132,8 +141,10 @@ static __always_inline int on_recv_length(const struct sock *sk, int ret, int fl
 
 static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed)
 {
-	if (ret <= 0 || !watched_sock(sk, typed))
+	if (ret <= 0)
 		return 0;
+	if (!watched_sock(sk, typed))
+		return client_sent(sk, ret, typed);
 	struct stream_state *st = state_of(sk);
 	if (!st)
 		return 0;
@@ -174,6 +185,8 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 		return 0;
 	}
 	__u64 now = bpf_ktime_get_ns();
+	if (st->client)
+		return client_state(sk, st, newstate, now);
 	if (newstate == TCP_CLOSE_WAIT) {
 		/* A FIN taken from the backlog by release_sock: a syscall held
 		 * the socket. If it is a write, sock_send_length (which fires
@@ -298,7 +311,7 @@ const volatile __u8 recvmsg_flags_arg5 = 0;
 
 static __always_inline int call_entry(const struct sock *sk, __u32 flags)
 {
-	if (!watched_sock(sk, 0))
+	if (!watched_sock(sk, 0) && !client_port(sk, 0))
 		return 0;
 	__u64 tid = bpf_get_current_pid_tgid();
 	struct pending_call c = {.sk = (__u64)sk, .flags = flags};

@@ -46,7 +46,7 @@ static __always_inline struct payload_buf *payload_start(const struct sock *sk, 
 	b->h.offset = 0;
 	b->h.total = total;
 	b->h.pid = bpf_get_current_pid_tgid() >> 32;
-	b->h._pad = 0;
+	b->h.client = st->client;
 	bpf_get_current_comm(b->h.comm, sizeof(b->h.comm));
 	return b;
 }

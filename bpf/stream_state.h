@@ -50,7 +50,8 @@ struct stream_state {
 	__u8 cli_fin;   /* TLS 1.3: the client's Finished went by */
 	__u8 fin_skips; /* TLS 1.3: client records taken for its handshake so far */
 	__u8 tx_app;    /* the server's current record is application data */
-	__u8 _pad3[3];
+	__u8 client;    /* a client connection (stream_client.h) */
+	__u8 _pad3[2];
 	/* The client's FIN came while a syscall held the socket (on_state):
 	 * the stream ends at this time once the write that may have been in
 	 * progress has reported. 0: none pending. */
@@ -242,7 +243,7 @@ static __always_inline void emit_stats(const struct sock *sk, struct stream_stat
 	r->chunks = st->chunks;
 	r->pid = st->pid;
 	r->head_bytes = st->head_bytes;
-	r->flags = stats_flags(st->tls);
+	r->flags = stats_flags(st->tls) | (st->client ? TW_STATS_CLIENT : 0);
 	r->_pad = 0;
 	for (int i = 0; i < TW_GAP_BUCKETS; i++) {
 		r->gap_counts[i] = st->gap_counts[i];

@@ -43,7 +43,7 @@ type StreamStreamPayload struct {
 	Offset uint32
 	Total  uint32
 	Pid    uint32
-	Pad    uint32
+	Client uint32
 	Comm   [16]int8
 }
 
@@ -81,7 +81,8 @@ type StreamStreamState struct {
 	CliFin            uint8
 	FinSkips          uint8
 	TxApp             uint8
-	Pad3              [3]uint8
+	Client            uint8
+	Pad3              [2]uint8
 	FinTs             uint64
 }
 
@@ -185,6 +186,7 @@ type StreamTwStatsFlag uint32
 const (
 	StreamTwStatsFlagTW_STATS_TLS        StreamTwStatsFlag = 1
 	StreamTwStatsFlagTW_STATS_TLS_OPAQUE StreamTwStatsFlag = 2
+	StreamTwStatsFlagTW_STATS_CLIENT     StreamTwStatsFlag = 4
 )
 
 type StreamTwStreamCounter uint32
@@ -294,9 +296,15 @@ const (
 	StreamProgTwTlsWrRet           = "tw_tls_wr_ret"
 	StreamProgTwTlsWrex            = "tw_tls_wrex"
 	StreamVarChunkRecords          = "chunk_records"
+	StreamVarClientComms           = "client_comms"
+	StreamVarClientPids            = "client_pids"
+	StreamVarClientPorts           = "client_ports"
 	StreamVarCoalesceNs            = "coalesce_ns"
 	StreamVarFlushNs               = "flush_ns"
 	StreamVarGapBoundsNs           = "gap_bounds_ns"
+	StreamVarN_clientComms         = "n_client_comms"
+	StreamVarN_clientPids          = "n_client_pids"
+	StreamVarN_clientPorts         = "n_client_ports"
 	StreamVarN_watchPorts          = "n_watch_ports"
 	StreamVarPortsInMap            = "ports_in_map"
 	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
@@ -422,9 +430,15 @@ type StreamMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type StreamVariableSpecs struct {
 	ChunkRecords          *ebpf.VariableSpec `ebpf:"chunk_records"`
+	ClientComms           *ebpf.VariableSpec `ebpf:"client_comms"`
+	ClientPids            *ebpf.VariableSpec `ebpf:"client_pids"`
+	ClientPorts           *ebpf.VariableSpec `ebpf:"client_ports"`
 	CoalesceNs            *ebpf.VariableSpec `ebpf:"coalesce_ns"`
 	FlushNs               *ebpf.VariableSpec `ebpf:"flush_ns"`
 	GapBoundsNs           *ebpf.VariableSpec `ebpf:"gap_bounds_ns"`
+	N_clientComms         *ebpf.VariableSpec `ebpf:"n_client_comms"`
+	N_clientPids          *ebpf.VariableSpec `ebpf:"n_client_pids"`
+	N_clientPorts         *ebpf.VariableSpec `ebpf:"n_client_ports"`
 	N_watchPorts          *ebpf.VariableSpec `ebpf:"n_watch_ports"`
 	PortsInMap            *ebpf.VariableSpec `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
@@ -504,9 +518,15 @@ func (m *StreamMaps) Close() error {
 // It can be passed to LoadStreamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type StreamVariables struct {
 	ChunkRecords          *ebpf.Variable `ebpf:"chunk_records"`
+	ClientComms           *ebpf.Variable `ebpf:"client_comms"`
+	ClientPids            *ebpf.Variable `ebpf:"client_pids"`
+	ClientPorts           *ebpf.Variable `ebpf:"client_ports"`
 	CoalesceNs            *ebpf.Variable `ebpf:"coalesce_ns"`
 	FlushNs               *ebpf.Variable `ebpf:"flush_ns"`
 	GapBoundsNs           *ebpf.Variable `ebpf:"gap_bounds_ns"`
+	N_clientComms         *ebpf.Variable `ebpf:"n_client_comms"`
+	N_clientPids          *ebpf.Variable `ebpf:"n_client_pids"`
+	N_clientPorts         *ebpf.Variable `ebpf:"n_client_ports"`
 	N_watchPorts          *ebpf.Variable `ebpf:"n_watch_ports"`
 	PortsInMap            *ebpf.Variable `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`

@@ -129,7 +129,7 @@ struct stream_payload {
 	__u32 offset; /* REQUEST: offset of the bytes in the request; BODY: in the write */
 	__u32 total;  /* REQUEST: bytes read; RESPONSE, BODY: bytes of the write */
 	__u32 pid;    /* the reading or writing process (tgid) */
-	__u32 _pad;
+	__u32 client; /* 1: the stream of a client connection (stream_client.h) */
 	char comm[16];
 };
 
@@ -160,6 +160,7 @@ struct stream_stats {
 enum tw_stats_flag {
 	TW_STATS_TLS = 1 << 0,        /* TLS, its plaintext read by uprobes on the TLS library */
 	TW_STATS_TLS_OPAQUE = 1 << 1, /* TLS without plaintext: timed from record headers */
+	TW_STATS_CLIENT = 1 << 2,     /* a client connection: the request written, the response read */
 };
 
 /* What user space knows of a process that serves a watched port with TLS

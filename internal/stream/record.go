@@ -96,6 +96,9 @@ type Record struct {
 	PID    uint32
 	Comm   [16]byte
 	Flags  uint8 // Response: RespHTTP, RespChunked; Body: BodyFirst, BodyTail
+	// Client: the record is about a client connection's call (its
+	// request written, its response read).
+	Client bool
 	Data   []byte
 
 	// Progress, End and Chunk.
@@ -176,6 +179,7 @@ func Decode(raw []byte, rec *Record) error {
 		}
 		p := (*bpf.StreamStreamPayload)(unsafe.Pointer(&raw[0]))
 		rec.TS, rec.Offset, rec.Total, rec.PID, rec.Flags = p.TsNs, p.Offset, p.Total, p.Pid, key.Reason
+		rec.Client = p.Client != 0
 		for i, c := range p.Comm {
 			rec.Comm[i] = byte(c)
 		}

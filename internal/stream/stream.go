@@ -73,6 +73,10 @@ type Config struct {
 	// TLS says whether TLS servers' plaintext is read through uprobes.
 	TLS TLSConfig
 
+	// Clients selects the client connections (outbound calls) that are
+	// measured too; none when it lists no remote port.
+	Clients ClientConfig
+
 	// stackRegs makes the programs find syscall registers on the task's
 	// kernel stack even where bpf_task_pt_regs exists (tests: the way
 	// kernels before 5.15 need).
@@ -210,6 +214,15 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		// tcp_recvmsg's flags come after nonblock before Linux 5.19.
 		"recvmsg_flags_arg5": boolByte(recvArgs == 6),
 	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	clientVars, err := cfg.Clients.clientVars()
+	if err != nil {
+		return err
+	}
+	for name, v := range clientVars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
 		}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Streams: the client side. A socket this host connected to a configured
+ * remote port (an agent calling an LLM API), in a selected process, runs
+ * the same state machine as a server socket with the directions swapped:
+ *
+ *   sent   the client's write is the request: the call starts when the
+ *          request's last byte is written (a later write of the same
+ *          request moves the start), and its bytes are captured like a
+ *          server's request reads (stream_capture.h)
+ *   recv   the client's read is the response: the first one is its head,
+ *          later ones are body chunks, peeked for terminators and GenAI
+ *          details as a server's writes are (stream_peek.h); a read of 0
+ *          bytes (the server's FIN) ends it
+ *   state  the client's close ends it; the server's FIN does not (the
+ *          client may not have read what came before it)
+ *
+ * Selection costs a socket that is not a client of a configured port one
+ * .rodata port test per event (no map lookup), after the server port
+ * test; the process test runs once per connection, when it is first seen.
+ * TLS client connections (a ClientHello as the first write) are not
+ * read: their state is kept, marked, so that they cost one lookup per
+ * event and report nothing. Part of stream.bpf.c.
+ */
+#ifndef TOKENWIRE_STREAM_CLIENT_H
+#define TOKENWIRE_STREAM_CLIENT_H
+
+#define MAX_CLIENT_PORTS 16
+#define MAX_CLIENT_PIDS 16
+#define MAX_CLIENT_COMMS 8
+
+/* Set by user space (streams.clients): remote ports, and the processes
+ * (by tgid or by name: the thread group leader's comm, 15 bytes and a
+ * NUL, as /proc/PID/comm shows it) whose connections to them are
+ * tracked. No pids and no names: every process. */
+const volatile __u16 client_ports[MAX_CLIENT_PORTS] = {};
+const volatile __u8 n_client_ports = 0;
+const volatile __u32 client_pids[MAX_CLIENT_PIDS] = {};
+const volatile __u8 n_client_pids = 0;
+const volatile __u64 client_comms[MAX_CLIENT_COMMS][2] = {};
+const volatile __u8 n_client_comms = 0;
+
+/* client_port says whether sk's remote port is a configured one. */
+static __always_inline int client_port(const struct sock *sk, const int typed)
+{
+	if (!n_client_ports)
+		return 0;
+	__u16 port = bpf_ntohs(RD(typed, sk, __sk_common.skc_dport));
+	for (int i = 0; i < MAX_CLIENT_PORTS; i++) {
+		if (i >= n_client_ports)
+			return 0;
+		if (client_ports[i] == port)
+			return 1;
+	}
+	return 0;
+}
+
+/* client_process says whether the current process is selected. */
+static __always_inline int client_process(void)
+{
+	if (!n_client_pids && !n_client_comms)
+		return 1;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	for (int i = 0; i < MAX_CLIENT_PIDS; i++) {
+		if (i >= n_client_pids)
+			break;
+		if (client_pids[i] == tgid)
+			return 1;
+	}
+	if (!n_client_comms)
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	__u64 comm[2] = {};
+	if (bpf_probe_read_kernel(comm, sizeof(comm), &leader->comm))
+		return 0;
+	for (int i = 0; i < MAX_CLIENT_COMMS; i++) {
+		if (i >= n_client_comms)
+			return 0;
+		if (client_comms[i][0] == comm[0] && client_comms[i][1] == comm[1])
+			return 1;
+	}
+	return 0;
+}
+
+/* client_tls says whether the write the current syscall made (ret bytes)
+ * starts with a TLS handshake record: the connection's ClientHello. */
+static __always_inline int client_tls(int ret)
+{
+	struct user_io io;
+	__u8 h[3];
+	if (ret < 5 || syscall_io(&io) || io.iov[0].iov_len < 3 || bpf_probe_read_user(h, sizeof(h), io.iov[0].iov_base))
+		return 0;
+	return h[0] == 22 && h[1] == 3 && h[2] <= 4;
+}
+
+/* capture_write captures what the current write syscall (ret bytes) wrote
+ * as request bytes, from up to two of its buffers (a client that writes
+ * the head and the body as two buffers of one writev). */
+static __always_inline void capture_write(const struct sock *sk, struct stream_state *st, int ret)
+{
+	if (st->req_captured >= request_capture_max)
+		return;
+	struct user_io io;
+	if (syscall_io(&io))
+		return;
+	__u64 n = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+	capture_from(sk, st, io.iov[0].iov_base, n, n);
+	if (io.nr > 1 && n < (__u64)ret)
+		capture_from(sk, st, io.iov[1].iov_base, io.iov[1].iov_len, ret - n);
+}
+
+/* client_sent handles a write of ret bytes on a socket that is not a
+ * watched server's: on a client connection to a configured port, the
+ * request (or more of it). */
+static __always_inline int client_sent(const struct sock *sk, int ret, const int typed)
+{
+	if (!client_port(sk, typed))
+		return 0;
+	struct stream_state *st = state_of(sk);
+	__u64 now = bpf_ktime_get_ns();
+	if (!st) {
+		if (!client_process() || !(st = track(sk, typed, now)))
+			return 0;
+		st->client = 1;
+		if (client_tls(ret)) {
+			st->tls = TLS_SEEN;
+			return 0;
+		}
+	}
+	if (!st->client || st->tls)
+		return 0;
+	if (st->state == TW_ST_REQUEST) {
+		st->req_ts = now; /* the request's last byte moves the start */
+	} else {
+		/* A new request on a kept-alive connection ends the previous
+		 * response, if nothing else did. */
+		end_stream(sk, st, TW_END_NEXT_REQUEST, now);
+		begin_stream(st, now, now);
+		st->pid = bpf_get_current_pid_tgid() >> 32;
+	}
+	capture_write(sk, st, ret);
+	return 0;
+}
+
+/* client_recv handles a read of ret bytes (0: the server's FIN) on a
+ * socket that is not a watched server's: on a client connection, the
+ * response's head or a body chunk. */
+static __always_inline int client_recv(const struct sock *sk, int ret, const int typed)
+{
+	if (!client_port(sk, typed))
+		return 0;
+	struct stream_state *st = state_of(sk);
+	if (!st || !st->client || st->tls || st->state == TW_ST_IDLE)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (ret == 0) {
+		end_stream(sk, st, TW_END_CLOSE, now);
+		return 0;
+	}
+	__u8 flags = peek_sent(sk, st, ret);
+	account_write(sk, st, flags, ret, now);
+	return 0;
+}
+
+/* client_state handles the socket state changes of a client connection:
+ * the client's own close ends its call; the server's FIN waits for the
+ * client to read up to it (client_recv). */
+static __always_inline int client_state(const struct sock *sk, struct stream_state *st, int newstate, __u64 now)
+{
+	if (newstate == TCP_CLOSE_WAIT)
+		return 0;
+	if (newstate == TCP_FIN_WAIT1) {
+		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);
+		return 0;
+	}
+	int err = BPF_CORE_READ(sk, sk_err);
+	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
+	forget(sk, 0);
+	return 0;
+}
+
+#endif

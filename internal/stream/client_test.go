@@ -1,0 +1,78 @@
+package stream
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+// TestClientCallIsMeasured: curl (another process) calls a server on a
+// configured remote port: one call, its request captured from curl's
+// write, every event curl read a chunk, the [DONE] and terminator its end;
+// a call to a port not configured yields nothing, nor does the server's
+// side of the call (its port is not watched).
+func TestClientCallIsMeasured(t *testing.T) {
+	bpftest.Require(t)
+	const events = 8
+	srv := &teststack.SSEServer{Think: 60 * time.Millisecond, Interval: 15 * time.Millisecond, Events: events,
+		Done: teststack.DoneWithEnd}
+	addr, port := serve(t, srv)
+	other, _ := serve(t, &teststack.SSEServer{Interval: time.Millisecond, Events: 3, Done: teststack.DoneWithEnd})
+	cfg := testConfig(1) // no server on port 1: only the client side is measured
+	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Names: []string{"curl"}}
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := teststack.Curl(ctx, "http://"+other+"/v1/chat/completions", `{"model":"m"}`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := teststack.Curl(ctx, "http://"+addr+"/v1/chat/completions", `{"model":"m"}`,
+		"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := rec.ends(t, 1)
+	if len(streams) != 1 {
+		t.Fatalf("%d streams, want 1 (the call to the configured port): %v", len(streams), streams)
+	}
+	for _, rs := range streams {
+		var sawReq bool
+		for _, r := range rs {
+			switch r.Kind {
+			case KindRequest:
+				sawReq = true
+				if !r.Client || string(r.Data[:4]) != "POST" {
+					t.Errorf("request record: client %v, data %q", r.Client, r.Data)
+				}
+			case KindEnd:
+				st := r.Stats
+				// The server writes its head with the first event: curl reads
+				// them together, and the kernel counts the reads after it.
+				if !st.Client() || r.Reason != EndTerminator || st.Chunks != events-1 || st.HeadBytes == 0 {
+					t.Errorf("END: client %v, reason %v, chunks %d, head bytes %d; want client, terminator, %d after a head with body",
+						st.Client(), r.Reason, st.Chunks, st.HeadBytes, events-1)
+				}
+				if st.Remote.Port() != port {
+					t.Errorf("END: remote %v, want port %d", st.Remote, port)
+				}
+				ttft := time.Duration(st.HeadersTS - st.RequestTS)
+				if ttft < srv.Think || ttft > res.TTFB {
+					t.Errorf("time to first chunk %v: want at least the server's think time %v, at most curl's %v", ttft, srv.Think, res.TTFB)
+				}
+				t.Logf("client call: ttft %v (curl's time_starttransfer %v), chunks %d, duration %v",
+					ttft, res.TTFB, st.Chunks+1, time.Duration(st.EndTS-st.RequestTS))
+			}
+		}
+		if !sawReq {
+			t.Error("no request record")
+		}
+	}
+}
