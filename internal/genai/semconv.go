@@ -36,11 +36,16 @@ const (
 	// output tokens (see TimePerOutputToken); never a relabelled chunk
 	// interval.
 	MetricServerTimePerOutputToken = "gen_ai.server.time_per_output_token"
-	// MetricClientOperationDuration and MetricClientTokenUsage are the
-	// client-side metrics. tokenwire measures servers; they are here for the
-	// bucket advice they carry and for a client-side mode if one comes.
-	MetricClientOperationDuration = "gen_ai.client.operation.duration"
-	MetricClientTokenUsage        = "gen_ai.client.token.usage"
+	// The client-side metrics, for calls this host makes
+	// (streams.clients): the operation's duration (from the request's
+	// last byte written to the end of the response read), the time to the
+	// first chunk read and the time between chunks read (both "SHOULD be
+	// reported for streaming calls" only; v1.41.0 defines both), and the
+	// tokens the stream itself reports as used.
+	MetricClientOperationDuration           = "gen_ai.client.operation.duration"
+	MetricClientOperationTimeToFirstChunk   = "gen_ai.client.operation.time_to_first_chunk"
+	MetricClientOperationTimePerOutputChunk = "gen_ai.client.operation.time_per_output_chunk"
+	MetricClientTokenUsage                  = "gen_ai.client.token.usage"
 
 	// MetricServerTokenUsage is tokenwire's server-side token usage: the
 	// conventions define token usage only for clients

@@ -69,6 +69,9 @@ type Config struct {
 	NoResponseDetails bool
 	// Spans keeps a span record per finished stream.
 	Spans bool
+	// ClientHosts, when set, keeps only the client calls whose Host
+	// header (without its port) is one of these.
+	ClientHosts []string
 	// OnSkip is called for each stream not reported, with its reason;
 	// OnEvict for each open stream dropped for room; OnOverflow for each
 	// stream counted in the overflow series. Any may be nil.
@@ -99,6 +102,10 @@ type Aggregator struct {
 	errTypes *values
 	comms    map[string]string
 	spans    []Span
+	// Client calls (client.go): their server.address values, and the
+	// hosts Config.ClientHosts keeps.
+	hosts       *values
+	clientHosts map[string]bool
 }
 
 // maxComms bounds the interned thread names; maxEnded the streams ended
@@ -149,6 +156,7 @@ func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
 	for _, n := range cfg.ProcessNames {
 		a.names[n] = true
 	}
+	a.initClients()
 	if a.cfg.OnSkip == nil {
 		a.cfg.OnSkip = func(string) {}
 	}
@@ -197,6 +205,7 @@ type openStream struct {
 	key        SeriesKey
 	ser        *Series
 	span       spanHead // what the span needs of the heads (Spans on)
+	cl         clientHead
 
 	// The first write's body bytes, once counted, and the interval from it
 	// to the kernel's first chunk, once counted.
@@ -256,6 +265,7 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		o = a.opened(o, rec.ID)
 		o.req.WriteAt(int64(rec.Offset), rec.Data)
 		o.tp.WriteAt(int64(rec.Offset), rec.Data)
+		o.noteClient(rec)
 		if o.pid == 0 {
 			o.pid, o.comm = rec.PID, rec.Comm
 		}

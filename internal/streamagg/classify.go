@@ -23,10 +23,11 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 	if respOK {
 		mode = ModeHTTP
 	}
+	client := o.cl.client || st.Client()
 	switch {
 	case respOK && !o.head.Streamed():
 		o.skip = SkipNotStreamed
-	case !a.selected(o):
+	case !client && !a.selected(o):
 		o.skip = SkipFiltered
 	}
 	if o.skip != "" {
@@ -48,6 +49,11 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 		if m := o.gen.Model(); len(m) > 0 {
 			key.ResponseModel = a.models.get(m, now)
 		}
+	}
+	if client && !a.classifyClient(o, st, &key, now) {
+		o.skip = SkipFiltered
+		a.cfg.OnSkip(o.skip)
+		return
 	}
 	key.Provider = a.provider(key.Port, key.Format)
 	o.key = key

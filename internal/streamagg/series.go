@@ -18,7 +18,10 @@ import (
 // 10 ms (fast token streams), which the kernel counts into itself
 // (stream.DefaultGapBounds).
 var (
-	TTFTBounds     = genai.ServerTimeToFirstTokenBuckets
+	TTFTBounds = genai.ServerTimeToFirstTokenBuckets
+	// TTFCBounds are a client call's time to first chunk's
+	// (gen_ai.client.operation.time_to_first_chunk).
+	TTFCBounds     = genai.ClientOperationDurationBuckets
 	DurationBounds = genai.ServerRequestDurationBuckets
 	TPOTBounds     = genai.ServerTimePerOutputTokenBuckets
 	TokenBounds    = genai.ClientTokenUsageBuckets
@@ -81,6 +84,10 @@ type SeriesKey struct {
 	// Format is the response's wire format; FormatUnknown in opaque mode
 	// too.
 	Format genai.Format
+	// Client: the series of client calls (Port is the server's port,
+	// ServerAddress its address; Method and Route are empty).
+	Client        bool
+	ServerAddress string
 }
 
 // Series holds one attribute set's cumulative totals.
@@ -110,9 +117,10 @@ type ErrorDuration struct {
 	Duration *histogram.Histogram
 }
 
-func newSeries() *Series {
+// newSeries returns empty totals; a client series' TTFT takes TTFCBounds.
+func newSeries(client bool) *Series {
 	return &Series{
-		TTFT:         histogram.New(len(TTFTBounds)),
+		TTFT:         histogram.New(len(ttftBounds(client))),
 		Duration:     histogram.New(len(DurationBounds)),
 		Interval:     histogram.New(len(IntervalBounds)),
 		TPOT:         histogram.New(len(TPOTBounds)),
@@ -142,12 +150,12 @@ func (a *Aggregator) seriesOf(o *openStream) *Series {
 	}
 	if len(a.series) >= a.cfg.MaxSeries {
 		a.cfg.OnOverflow()
-		o.key = SeriesKey{Method: OtherValue, Route: OtherValue, Model: OtherValue, Mode: o.key.Mode}
+		o.key = SeriesKey{Method: OtherValue, Route: OtherValue, Model: OtherValue, Mode: o.key.Mode, Client: o.key.Client}
 		if ser := a.series[o.key]; ser != nil {
 			return ser
 		}
 	}
-	ser := newSeries()
+	ser := newSeries(o.key.Client)
 	if o.key.PID != 0 {
 		ser.Process, ser.Running = a.procs.Describe(o.key.PID, a.comm(&o.comm))
 	}
@@ -205,7 +213,8 @@ func (k SeriesKey) compare(o SeriesKey) int {
 	return cmp.Or(cmp.Compare(k.PID, o.PID), cmp.Compare(k.Port, o.Port), cmp.Compare(k.Method, o.Method),
 		cmp.Compare(k.Route, o.Route), cmp.Compare(k.Model, o.Model), cmp.Compare(k.Mode, o.Mode),
 		cmp.Compare(k.Operation, o.Operation), cmp.Compare(k.Provider, o.Provider),
-		cmp.Compare(k.ResponseModel, o.ResponseModel), cmp.Compare(k.Format, o.Format))
+		cmp.Compare(k.ResponseModel, o.ResponseModel), cmp.Compare(k.Format, o.Format),
+		compareBool(k.Client, o.Client), cmp.Compare(k.ServerAddress, o.ServerAddress))
 }
 
 // count adds what the kernel counted since the stream's previous record.
@@ -244,7 +253,7 @@ func (a *Aggregator) count(o *openStream, rec *stream.Record, end bool) {
 	}
 	if first := o.firstChunkTS(st); !o.ttftDone && first != 0 {
 		o.ttftDone = true
-		ser.TTFT.Observe(TTFTBounds, seconds(first-st.RequestTS))
+		ser.TTFT.Observe(ttftBounds(o.key.Client), seconds(first-st.RequestTS))
 	}
 	ser.Interval.AddCounts(st.GapCounts[:], seconds(st.GapSum-o.seenGapSum))
 	ser.Chunks += int64(st.Chunks - o.seenChunks)

@@ -27,7 +27,7 @@ type Span struct {
 	Status int
 	Port   uint16
 	// Client is the peer, when known (an idle stream that never sent a
-	// chunk has none).
+	// chunk has none); not set on a client call's span.
 	Client      netip.AddrPort
 	Mode        Mode
 	EndReason   stream.EndReason
@@ -56,6 +56,12 @@ type Span struct {
 	// reported one, or the status is 5xx.
 	ErrorType string
 	Failed    bool
+
+	// ClientCall: the span of a call this host made (a CLIENT span),
+	// to ServerAddress (the Host header, else the server's IP) at Server.
+	ClientCall    bool
+	ServerAddress string
+	Server        netip.AddrPort
 }
 
 // spanHead is what a span needs of the heads, read when the stream is
@@ -107,6 +113,9 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 		Chunks: int64(st.Chunks), Bytes: int64(st.Bytes),
 		GapMax:      max(st.GapMax, o.headGap),
 		TraceParent: o.span.traceParent,
+	}
+	if o.key.Client {
+		clientSpan(&sp, o, st)
 	}
 	if o.headBody > 0 {
 		sp.Chunks++

@@ -161,6 +161,7 @@ func createDefaultConfig() *Config {
 			Spans:           true,
 			IdleTimeout:     5 * time.Minute,
 			TLS:             defaultStreamsTLS(),
+			Clients:         StreamsClientsConfig{Enabled: true},
 		},
 		XDP: XDPConfig{
 			Required:      true,

@@ -100,13 +100,17 @@ type StreamsConfig struct {
 	Providers map[string]string `mapstructure:"providers"`
 	// TLS says how streams over TLS are read (tls_config.go).
 	TLS StreamsTLSConfig `mapstructure:"tls"`
+	// Clients selects the outbound calls measured as clients
+	// (config_clients.go).
+	Clients StreamsClientsConfig `mapstructure:"clients"`
 }
 
 func (s *StreamsConfig) validate(interval time.Duration) []error {
 	var errs []error
-	if s.Ports == nil {
-		errs = append(errs, errors.New("streams.ports: list at least one server port"))
+	if s.Ports == nil && !s.Clients.active() {
+		errs = append(errs, errors.New("streams.ports: list at least one server port (or streams.clients.remote_ports)"))
 	}
+	errs = append(errs, s.Clients.validate()...)
 	errs = append(errs, validatePorts("streams.ports", s.Ports)...)
 	for i, p := range s.Pids {
 		if p < 1 {

@@ -48,6 +48,8 @@ func TestLoadConfig(t *testing.T) {
 					RequestCapture: 128 << 10, ResponseDetails: false, ClientAddress: false, Providers: map[string]string{"8000": "vllm"},
 					TLS: StreamsTLSConfig{Enabled: true, Libraries: []string{"libssl", "go"},
 						ExcludeProcessNames: []string{"envoy"}, ScanInterval: 30 * time.Second},
+					Clients: StreamsClientsConfig{Enabled: true, RemotePorts: []int{443, 11434},
+						Hosts: []string{"api.openai.com", "::1"}, ProcessNames: []string{"python3"}, Pids: []int{4321}},
 				}
 				return c
 			},
@@ -197,6 +199,19 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"provider name with upper case", func(c *Config) { c.Streams.Providers = map[string]string{"8000": "vLLM"} }, `streams.providers[8000]: "vLLM" is not a provider name`},
 		{"empty provider name", func(c *Config) { c.Streams.Providers = map[string]string{"8000": ""} }, `streams.providers[8000]: "" is not a provider name`},
 		{"provider name with an empty word", func(c *Config) { c.Streams.Providers = map[string]string{"8000": "aws..bedrock"} }, `streams.providers[8000]: "aws..bedrock" is not a provider name`},
+		{"client port out of range", func(c *Config) { c.Streams.Clients.RemotePorts = []int{443, 0} }, "streams.clients.remote_ports[1]: port 0 is outside 1-65535"},
+		{"client ports empty", func(c *Config) { c.Streams.Clients.RemotePorts = []int{} }, "streams.clients.remote_ports: empty list"},
+		{"too many client ports", func(c *Config) {
+			for p := range 17 {
+				c.Streams.Clients.RemotePorts = append(c.Streams.Clients.RemotePorts, 1000+p)
+			}
+		}, "streams.clients.remote_ports: at most 16 ports, got 17"},
+		{"client process path", func(c *Config) { c.Streams.Clients.ProcessNames = []string{"/usr/bin/python3"} }, `streams.clients.process_names[0]: "/usr/bin/python3" is not a process name`},
+		{"client pid", func(c *Config) { c.Streams.Clients.Pids = []int{0} }, "streams.clients.pids[0]: 0 is not a process id"},
+		{"client host with port", func(c *Config) { c.Streams.Clients.Hosts = []string{"api.openai.com:443"} }, `streams.clients.hosts[0]: "api.openai.com:443" is not a host name or address`},
+		{"client host with scheme", func(c *Config) { c.Streams.Clients.Hosts = []string{"https://api.openai.com"} }, `streams.clients.hosts[0]: "https://api.openai.com" is not a host name`},
+		{"client selection without ports", func(c *Config) { c.Streams.Clients.Hosts = []string{"api.openai.com"} }, "streams.clients: hosts, process_names or pids select among the calls to remote_ports: list at least one remote port"},
+		{"no server and no client port", func(c *Config) { c.Streams.Ports = nil }, "streams.ports: list at least one server port (or streams.clients.remote_ports)"},
 		{"empty interface name", func(c *Config) { c.XDP.Interfaces = []string{""} }, `xdp.interfaces[0]: empty name`},
 		{"long interface name", func(c *Config) { c.XDP.Interfaces = []string{"averyveryverylongname"} }, "xdp.interfaces[0]"},
 		{"repeated interface", func(c *Config) { c.XDP.Interfaces = []string{"eth0", "eth0"} }, `xdp.interfaces[1]: "eth0" is listed twice`},

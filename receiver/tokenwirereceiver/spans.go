@@ -62,9 +62,13 @@ func (r *tokenwireReceiver) putSpan(sp ptrace.Span, s *streamagg.Span) {
 		}
 	}
 	sp.SetKind(ptrace.SpanKindServer)
-	if s.Method != "" {
+	switch {
+	case s.ClientCall:
+		sp.SetKind(ptrace.SpanKindClient)
+		sp.SetName(clientSpanName(s))
+	case s.Method != "":
 		sp.SetName(s.Method + " " + s.Route)
-	} else {
+	default:
 		sp.SetName("stream " + strconv.Itoa(int(s.Port)))
 	}
 	sp.SetStartTimestamp(r.wallTime(s.Start))
@@ -83,6 +87,9 @@ func (r *tokenwireReceiver) putSpan(sp ptrace.Span, s *streamagg.Span) {
 		sp.Status().SetCode(ptrace.StatusCodeError)
 	}
 	a.PutInt(genai.AttrServerPort, int64(s.Port))
+	if s.ServerAddress != "" {
+		a.PutStr(genai.AttrServerAddress, s.ServerAddress)
+	}
 	if s.Client.IsValid() && r.cfg.Streams.ClientAddress {
 		a.PutStr(genai.AttrClientAddress, s.Client.Addr().Unmap().String())
 		a.PutInt(genai.AttrClientPort, int64(s.Client.Port()))
@@ -144,4 +151,20 @@ func putSpanGenAI(a pcommon.Map, s *streamagg.Span) {
 	if s.IsHTTP {
 		a.PutStr(attrStreamFormat, s.Format.String())
 	}
+}
+
+// clientSpanName names a client call's span as the GenAI conventions name
+// an inference span ("{gen_ai.operation.name} {gen_ai.request.model}"),
+// else as an HTTP client span ("{http.request.method}"), else by the
+// server's port (opaque).
+func clientSpanName(s *streamagg.Span) string {
+	switch {
+	case s.Operation != "" && s.Model != "":
+		return s.Operation + " " + s.Model
+	case s.Operation != "":
+		return s.Operation
+	case s.Method != "":
+		return s.Method
+	}
+	return "call " + strconv.Itoa(int(s.Port))
 }

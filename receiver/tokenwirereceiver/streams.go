@@ -37,6 +37,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		RequestCaptureBytes: uint32(r.cfg.Streams.RequestCapture),
 		NoResponseBodies:    !r.cfg.Streams.ResponseDetails,
 		TLS:                 r.cfg.Streams.probe(r.reportTLS),
+		Clients:             r.cfg.Streams.Clients.probe(),
 	})
 	if err != nil {
 		return err
@@ -74,6 +75,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		Providers:         r.cfg.Streams.providers(),
 		NoResponseDetails: !r.cfg.Streams.ResponseDetails,
 		Spans:             r.cfg.Streams.Spans,
+		ClientHosts:       r.cfg.Streams.Clients.hosts(),
 		OnSkip:            func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
 		OnEvict:           func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) },
 		OnOverflow:        func() { r.telemetry.ReceiverTokenwireStreamSeriesOverflow.Add(ctx, 1) },
@@ -139,14 +141,19 @@ func (r *tokenwireReceiver) recordStreams(now pcommon.Timestamp) []func(pmetric.
 		if series[0].Key.PID != 0 { // the overflow series has no process
 			res = r.processResource(series[0].Process)
 		}
-		for _, s := range series {
+		servers, clients := splitClients(series)
+		for _, s := range servers {
 			k := s.Key
 			opts := sumOptions(k)
 			r.mb.RecordTokenwireStreamChunksDataPoint(now, s.Chunks, int64(k.Port), k.Method, k.Route, modeAttr(k.Mode), opts...)
 			r.mb.RecordTokenwireStreamBytesDataPoint(now, s.Bytes, int64(k.Port), k.Method, k.Route, modeAttr(k.Mode), opts...)
 		}
 		r.mb.EmitForResource(metadata.WithResource(res))
-		adds = append(adds, func(md pmetric.Metrics) { addStreamHistograms(r.scopeOf(md, res).Metrics(), series, r.startTime, now) })
+		adds = append(adds, func(md pmetric.Metrics) {
+			ms := r.scopeOf(md, res).Metrics()
+			addStreamHistograms(ms, servers, r.startTime, now)
+			addClientHistograms(ms, clients, r.startTime, now)
+		})
 		i = j
 	}
 	return adds

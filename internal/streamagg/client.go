@@ -1,0 +1,136 @@
+package streamagg
+
+import (
+	"bytes"
+	"net/netip"
+	"time"
+
+	"github.com/tokenwire/tokenwire/internal/stream"
+)
+
+// Client connections (stream.Stats.Client): calls this host made to a
+// configured remote port. Their series and spans are the server's with
+// the roles swapped: Port is the server's (remote) port, ServerAddress
+// the request's Host header (without its port), and the kernel already
+// selected their processes, so Config.Pids and Config.ProcessNames (the
+// servers' filter) do not apply; Config.ClientHosts does.
+
+// maxHostLen bounds a Host header value kept per open call: a DNS name
+// is at most 253 bytes.
+const maxHostLen = 256
+
+// clientHead is what an open client call keeps of its request for its
+// series and span: whether it is a client call, and the Host header.
+type clientHead struct {
+	client  bool
+	host    [maxHostLen]byte
+	hostLen int
+}
+
+// initClients sets up what client calls need of the aggregator.
+func (a *Aggregator) initClients() {
+	a.clientHosts = map[string]bool{}
+	for _, h := range a.cfg.ClientHosts {
+		a.clientHosts[h] = true
+	}
+	// server.address is bounded like the models: a busy agent calls few
+	// hosts, junk must not take every place for good.
+	a.hosts = newValues(a.cfg.MaxModels, a.models.expiry)
+}
+
+// noteClient takes what a request record says of its stream's role: a
+// client call's Host header is read from the request's first slice (the
+// head; a head longer than a slice loses it). Stats records say the role
+// themselves (stream.Stats.Client).
+func (o *openStream) noteClient(rec *stream.Record) {
+	if !rec.Client {
+		return
+	}
+	o.cl.client = true
+	if rec.Offset == 0 {
+		if h := hostOf(rec.Data); h != nil {
+			o.cl.hostLen = copy(o.cl.host[:], h)
+		}
+	}
+}
+
+// hostOf returns a request head's Host header value without its port
+// (server.address), or nil when the head has none.
+func hostOf(head []byte) []byte {
+	end := bytes.Index(head, []byte("\r\n\r\n"))
+	if end < 0 {
+		end = len(head)
+	}
+	for line := range bytes.Lines(head[:end]) {
+		if len(line) < 5 || line[4] != ':' || !bytes.EqualFold(line[:4], []byte("host")) {
+			continue
+		}
+		v := bytes.TrimSpace(line[5:])
+		if len(v) > 0 && v[0] == '[' { // [IPv6]:port
+			if i := bytes.IndexByte(v, ']'); i > 0 {
+				return v[1:i]
+			}
+			return nil
+		}
+		if i := bytes.LastIndexByte(v, ':'); i >= 0 {
+			v = v[:i]
+		}
+		if len(v) == 0 {
+			return nil
+		}
+		return v
+	}
+	return nil
+}
+
+// classifyClient fixes a client call's series key: the server's port and
+// address, the GenAI attributes (no http.method or route: the client
+// conventions have none), or skips it when Config.ClientHosts does not
+// list its host.
+func (a *Aggregator) classifyClient(o *openStream, st *stream.Stats, key *SeriesKey, now time.Duration) bool {
+	host := o.cl.host[:o.cl.hostLen]
+	if len(a.clientHosts) > 0 && !a.clientHosts[string(host)] {
+		return false
+	}
+	key.Client = true
+	key.Port = st.Remote.Port()
+	key.Method, key.Route = "", ""
+	switch {
+	case len(host) > 0:
+		key.ServerAddress = a.hosts.get(host, now)
+	case st.Remote.IsValid():
+		key.ServerAddress = a.hosts.getString(st.Remote.Addr().Unmap().String())
+	}
+	return true
+}
+
+// clientSpan makes sp a client call's: the server it called, the
+// request's method (the series key has none), no client peer.
+func clientSpan(sp *Span, o *openStream, st *stream.Stats) {
+	sp.ClientCall = true
+	sp.ServerAddress = o.key.ServerAddress
+	sp.Server = st.Remote
+	sp.Client = netip.AddrPort{}
+	if sp.IsHTTP && o.span.path != "" {
+		sp.Method = o.req.Method()
+	}
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// ttftBounds are the time-to-first-chunk bounds of a server's or a
+// client's series.
+func ttftBounds(client bool) []float64 {
+	if client {
+		return TTFCBounds
+	}
+	return TTFTBounds
+}

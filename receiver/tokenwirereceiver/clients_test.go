@@ -1,0 +1,195 @@
+package tokenwirereceiver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/genai"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+// clientsConfig measures the calls to remotePort as a client's, and no
+// server: streams.ports names a port nobody serves.
+func clientsConfig(remotePort int) *Config {
+	cfg := streamConfig(1, 100*time.Millisecond)
+	cfg.HookPreference = bpftest.HookPreference()
+	cfg.Streams.TLS.Enabled = false
+	cfg.Streams.Clients.RemotePorts = []int{remotePort}
+	return cfg
+}
+
+func TestClientsOnlyConfigIsValid(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Streams.Ports = nil
+	cfg.Streams.Clients.RemotePorts = []int{443}
+	require.NoError(t, confmap.Validate(cfg))
+}
+
+// clientSpans returns every span of the sink, checking each is a CLIENT
+// span.
+func clientSpans(t *testing.T, traces interface{ AllTraces() []ptrace.Traces }) []ptrace.Span {
+	t.Helper()
+	var out []ptrace.Span
+	for _, td := range traces.AllTraces() {
+		rs := td.ResourceSpans()
+		for i := range rs.Len() {
+			spans := rs.At(i).ScopeSpans().At(0).Spans()
+			for j := range spans.Len() {
+				require.Equal(t, ptrace.SpanKindClient, spans.At(j).Kind())
+				out = append(out, spans.At(j))
+			}
+		}
+	}
+	return out
+}
+
+// TestGoClientCalls: a Go net/http client in this process calls an SSE
+// server on a client remote port over one keep-alive connection: one
+// CLIENT span per call with server.address from the Host header, every
+// event a chunk, the time to first chunk between the server's think time
+// and the client's own wait for its first event; the GenAI client
+// metrics count every call.
+func TestGoClientCalls(t *testing.T) {
+	bpftest.Require(t)
+	const think, calls, events = 40 * time.Millisecond, 3, 6
+	srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+	cfg := clientsConfig(srv.Port)
+	cfg.Streams.Clients.Pids = []int{os.Getpid()}
+	s := startTLSReceiver(t, cfg)
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	var runs []tlsRun
+	for range calls {
+		runs = append(runs, chat(t, client, srv.URL))
+	}
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a metrics emission after the last call
+	s.stop()
+
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, calls)
+	for i, sp := range spans {
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, "chat llama-3-8b", sp.Name())
+		require.Equal(t, "127.0.0.1", a[genai.AttrServerAddress])
+		require.EqualValues(t, srv.Port, a[genai.AttrServerPort])
+		require.Equal(t, "POST", a[genai.AttrHTTPRequestMethod])
+		require.EqualValues(t, 200, a[genai.AttrHTTPResponseStatusCode])
+		require.Equal(t, "chat", a[genai.AttrOperationName])
+		require.Equal(t, "terminator", a["tokenwire.stream.end_reason"])
+		require.EqualValues(t, events, a["tokenwire.stream.chunks"], "every event the client read, the [DONE] not one")
+		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+		wait := runs[i].firstEvent.Sub(runs[i].sent)
+		t.Logf("call %d: time to first chunk %v, the client's wait for its first event %v", i, ttfc, wait)
+		require.GreaterOrEqual(t, ttfc, think)
+		require.LessOrEqual(t, ttfc, wait)
+		_, hasClient := a[genai.AttrClientAddress]
+		require.False(t, hasClient, "a client span names the server, not a client")
+	}
+
+	md := s.metrics.AllMetrics()[len(s.metrics.AllMetrics())-1]
+	want := map[string]any{genai.AttrServerAddress: "127.0.0.1", genai.AttrServerPort: int64(srv.Port),
+		genai.AttrOperationName: "chat", genai.AttrRequestModel: "llama-3-8b"}
+	for name, n := range map[string]int{
+		genai.MetricClientOperationDuration:           calls,
+		genai.MetricClientOperationTimeToFirstChunk:   calls,
+		genai.MetricClientOperationTimePerOutputChunk: calls * (events - 1),
+	} {
+		count, points := histogramCount(md, name, want)
+		require.EqualValues(t, n, count, name)
+		require.Equal(t, 1, points, name)
+	}
+	count, _ := histogramCount(md, genai.MetricServerTimeToFirstToken, nil)
+	require.Zero(t, count, "no server is watched")
+}
+
+// TestCurlClientCallsAndSelection: curl calls with a Host header and a
+// traceparent: its CLIENT span has the Host header's name as
+// server.address and joins the caller's trace. Calls nobody asked about
+// yield nothing: to another port, by another process (this one, not
+// selected by name), and to a host streams.clients.hosts leaves out.
+func TestCurlClientCallsAndSelection(t *testing.T) {
+	bpftest.Require(t)
+	teststack.RequireTool(t, "curl")
+	const think, events = 30 * time.Millisecond, 5
+	srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+	other := teststack.ServeHTTP(t, sseServer(0, time.Millisecond, 2))
+	cfg := clientsConfig(srv.Port)
+	cfg.Streams.Clients.ProcessNames = []string{"curl"}
+	cfg.Streams.Clients.Hosts = []string{"api.example.test"}
+	s := startTLSReceiver(t, cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	body := `{"model":"gpt-test","stream":true}`
+	res, err := teststack.Curl(ctx, srv.URL+"/v1/chat/completions", body,
+		"Host: api.example.test:8443", "traceparent: 00-"+traceID+"-"+parentID+"-01")
+	require.NoError(t, err)
+	// Not selected: another port, another host, another process.
+	_, err = teststack.Curl(ctx, other.URL+"/v1/chat/completions", body, "Host: api.example.test")
+	require.NoError(t, err)
+	_, err = teststack.Curl(ctx, srv.URL+"/v1/chat/completions", body, "Host: elsewhere.test")
+	require.NoError(t, err)
+	chat(t, &http.Client{}, srv.URL)
+
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= 1 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // spans go out every second: any other would be here by now
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, 1)
+	sp := spans[0]
+	a := sp.Attributes().AsRaw()
+	require.Equal(t, "api.example.test", a[genai.AttrServerAddress])
+	require.EqualValues(t, srv.Port, a[genai.AttrServerPort])
+	require.Equal(t, traceID, sp.TraceID().String())
+	require.Equal(t, parentID, sp.ParentSpanID().String())
+	require.Equal(t, "chat gpt-test", sp.Name())
+	require.EqualValues(t, events, a["tokenwire.stream.chunks"])
+	ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+	t.Logf("curl: time to first chunk %v, curl's time_starttransfer %v", ttfc, res.TTFB)
+	require.GreaterOrEqual(t, ttfc, think)
+	require.LessOrEqual(t, ttfc, res.TTFB, "the head comes with the first event: curl's first byte is the first chunk")
+}
+
+// TestNodeClientCalls: Node's http module with a keep-alive agent, as Node
+// SDKs call an API: exact calls and chunks, and each call's time to first
+// chunk against the client's own clock (CLOCK_MONOTONIC, the kernel's).
+func TestNodeClientCalls(t *testing.T) {
+	bpftest.Require(t)
+	teststack.RequireStack(t, teststack.StackNodeHTTP)
+	const think, calls, events = 40 * time.Millisecond, 3, 6
+	srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+	cfg := clientsConfig(srv.Port)
+	cfg.Streams.Clients.ProcessNames = []string{"node"}
+	s := startTLSReceiver(t, cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := teststack.NodeClient(ctx, srv.URL+"/v1/chat/completions", "", calls, `{"model":"m","stream":true}`)
+	require.NoError(t, err)
+	require.Len(t, res, calls)
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, calls)
+	for i, sp := range spans {
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, res[i].Events, events)
+		require.EqualValues(t, res[i].Events, a["tokenwire.stream.chunks"], fmt.Sprintf("call %d", i))
+		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+		wait := time.Duration(res[i].EventNS[0] - res[i].SentNS)
+		t.Logf("node call %d: time to first chunk %v, the client's wait for its first event %v", i, ttfc, wait)
+		require.GreaterOrEqual(t, ttfc, think)
+		require.LessOrEqual(t, ttfc, wait)
+	}
+}
