@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -74,5 +75,14 @@ func TestClientCallIsMeasured(t *testing.T) {
 		if !sawReq {
 			t.Error("no request record")
 		}
+	}
+}
+
+// TOKENWIRE_COST_CLIENTS=1 measures the server path with client tracking
+// configured for a port the test does not call: what every other socket
+// pays for it.
+func init() {
+	if os.Getenv("TOKENWIRE_COST_CLIENTS") != "" {
+		costConfig = func(c *Config) { c.Clients = ClientConfig{RemotePorts: []uint16{1}} }
 	}
 }

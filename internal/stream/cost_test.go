@@ -16,6 +16,10 @@ import (
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
+// costConfig, when set, changes TestServerPathCost's configuration
+// (client_test.go: a client port configured).
+var costConfig func(*Config)
+
 // TestServerPathCost prints what the hook programs cost per run while a
 // server streams to a client on loopback (kernel bpf stats), so that a
 // change to the probe can be compared with the one before it. Opt-in
@@ -34,6 +38,9 @@ func TestServerPathCost(t *testing.T) {
 		Done: teststack.DoneWithEnd, Event: func(i int) string { return fmt.Sprintf("data: {\"n\":%d}\n\n", i) }})
 	cfg := testConfig(uint16(srv.Port))
 	cfg.ChunkRecords = false
+	if costConfig != nil {
+		costConfig(&cfg)
+	}
 	tr, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
