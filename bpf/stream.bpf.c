@@ -38,6 +38,11 @@
 #include "bpf_endian.h"
 #include "tokenwire.h"
 #include "common.h"
+
+#define ECONNRESET 104
+#define EPIPE 32
+#define MSG_PEEK 2
+#define RCV_SHUTDOWN 1
 #include "ringbuf.h"
 #include "syscall_io.h"
 #include "stream_state.h"
@@ -46,16 +51,10 @@
 #include "stream_write.h"
 #include "stream_tls_records.h"
 #include "stream_tls.h"
+#include "stream_client.h"
 #include "stream_tls_probes.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-#define ECONNRESET 104
-#define EPIPE 32
-#define MSG_PEEK 2
-#define RCV_SHUTDOWN 1
-
-#include "stream_client.h"
 
 const struct stream_payload *unused_stream_payload __attribute__((unused));
 const struct stream_stats *unused_stream_stats __attribute__((unused));
@@ -186,7 +185,7 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	}
 	__u64 now = bpf_ktime_get_ns();
 	if (st->client)
-		return client_state(sk, st, newstate, now);
+		return client_state(sk, st, newstate, now, moved);
 	if (newstate == TCP_CLOSE_WAIT) {
 		/* A FIN taken from the backlog by release_sock: a syscall held
 		 * the socket. If it is a write, sock_send_length (which fires

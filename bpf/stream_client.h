@@ -17,9 +17,16 @@
  * Selection costs a socket that is not a client of a configured port one
  * .rodata port test per event (no map lookup), after the server port
  * test; the process test runs once per connection, when it is first seen.
- * TLS client connections (a ClientHello as the first write) are not
- * read: their state is kept, marked, so that they cost one lookup per
- * event and report nothing. Part of stream.bpf.c.
+ *
+ * TLS (a ClientHello as the connection's first write): in a process whose
+ * TLS library is probed (stream_tls.h), the library's calls drive the
+ * machine with the plaintext: a write call is the request (accounted at
+ * its entry when its TLS object's socket is known, else at the socket
+ * write inside it, which tells the socket), a read call's return a
+ * response read. The socket hooks then only tell the calls their socket,
+ * and a read of 0 bytes still ends the call. A process not probed yet is
+ * reported to user space once; its connection is read as plaintext from
+ * the first write after its library was probed. Part of stream.bpf.c.
  */
 #ifndef TOKENWIRE_STREAM_CLIENT_H
 #define TOKENWIRE_STREAM_CLIENT_H
@@ -93,6 +100,82 @@ static __always_inline int client_tls(int ret)
 	return h[0] == 22 && h[1] == 3 && h[2] <= 4;
 }
 
+/* client_note_write (stream_tls_probes.h) tells a TLS write call in
+ * flight on this thread its socket, and accounts its plaintext. */
+static __always_inline void client_note_write(const struct sock *sk, const struct stream_state *st);
+
+/* client_request starts the call whose request (or more of it) the
+ * client is writing now, or moves its start to now. */
+static __always_inline void client_request(const struct sock *sk, struct stream_state *st, __u64 now)
+{
+	if (st->state == TW_ST_REQUEST) {
+		st->req_ts = now; /* the request's last byte moves the start */
+		return;
+	}
+	/* A new request on a kept-alive connection ends the previous
+	 * response, if nothing else did. */
+	end_stream(sk, st, TW_END_NEXT_REQUEST, now);
+	begin_stream(st, now, now);
+	st->pid = bpf_get_current_pid_tgid() >> 32;
+}
+
+/* client_plain_request accounts n bytes of request plaintext at buf that
+ * a client handed its TLS library. */
+static __always_inline void client_plain_request(const struct sock *sk, struct stream_state *st, const char *buf,
+						 __s64 n)
+{
+	if (n <= 0)
+		return;
+	client_request(sk, st, bpf_ktime_get_ns());
+	capture_from(sk, st, buf, n, n);
+}
+
+/* client_plain_read accounts n bytes of response plaintext at buf that a
+ * client's TLS library returned. */
+static __always_inline void client_plain_read(const struct sock *sk, struct stream_state *st, const char *buf,
+					      __s64 n)
+{
+	if (n <= 0 || st->state == TW_ST_IDLE)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	account_write(sk, st, peek_plain(sk, st, buf, n), n, now);
+}
+
+/* client_tls_begin marks a client connection whose first write is a
+ * ClientHello: plaintext-driven when its process is probed, else user
+ * space hears of the process. */
+static __always_inline void client_tls_begin(const struct sock *sk, struct stream_state *st)
+{
+	st->tls = TLS_SEEN;
+	count(&tw_st_counters, TW_ST_COUNTER_TLS);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
+	if (!p) {
+		if (tls_uprobes)
+			tls_discover(tgid);
+	} else if (p->state == TW_TLS_PROC_PROBED) {
+		tls_plain(sk, st, p->libs);
+	}
+}
+
+/* client_tls_sent handles a socket write of a client's TLS connection:
+ * one whose process got probed since it began becomes plaintext-driven
+ * now; a plaintext-driven one tells the write call in flight its socket. */
+static __always_inline int client_tls_sent(const struct sock *sk, struct stream_state *st)
+{
+	if (!(st->tls & TLS_PLAIN)) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
+		if (!p || p->state != TW_TLS_PROC_PROBED)
+			return 0;
+		tls_plain(sk, st, p->libs);
+		if (!(st->tls & TLS_PLAIN))
+			return 0;
+	}
+	client_note_write(sk, st);
+	return 0;
+}
+
 /* capture_write captures what the current write syscall (ret bytes) wrote
  * as request bytes, from up to two of its buffers (a client that writes
  * the head and the body as two buffers of one writev). */
@@ -123,21 +206,15 @@ static __always_inline int client_sent(const struct sock *sk, int ret, const int
 			return 0;
 		st->client = 1;
 		if (client_tls(ret)) {
-			st->tls = TLS_SEEN;
+			client_tls_begin(sk, st);
 			return 0;
 		}
 	}
-	if (!st->client || st->tls)
+	if (!st->client)
 		return 0;
-	if (st->state == TW_ST_REQUEST) {
-		st->req_ts = now; /* the request's last byte moves the start */
-	} else {
-		/* A new request on a kept-alive connection ends the previous
-		 * response, if nothing else did. */
-		end_stream(sk, st, TW_END_NEXT_REQUEST, now);
-		begin_stream(st, now, now);
-		st->pid = bpf_get_current_pid_tgid() >> 32;
-	}
+	if (st->tls)
+		return client_tls_sent(sk, st);
+	client_request(sk, st, now);
 	capture_write(sk, st, ret);
 	return 0;
 }
@@ -150,7 +227,19 @@ static __always_inline int client_recv(const struct sock *sk, int ret, const int
 	if (!client_port(sk, typed))
 		return 0;
 	struct stream_state *st = state_of(sk);
-	if (!st || !st->client || st->tls || st->state == TW_ST_IDLE)
+	if (!st || !st->client)
+		return 0;
+	if (st->tls & TLS_PLAIN) {
+		if (ret > 0) {
+			note_read(sk, st); /* for the read call that gets its bytes */
+			return 0;
+		}
+		if ((st->tls & TLS_MOVED) && !(st = moved_state(sk)))
+			return 0;
+	} else if (st->tls) {
+		return 0;
+	}
+	if (st->state == TW_ST_IDLE)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (ret == 0) {
@@ -165,7 +254,8 @@ static __always_inline int client_recv(const struct sock *sk, int ret, const int
 /* client_state handles the socket state changes of a client connection:
  * the client's own close ends its call; the server's FIN waits for the
  * client to read up to it (client_recv). */
-static __always_inline int client_state(const struct sock *sk, struct stream_state *st, int newstate, __u64 now)
+static __always_inline int client_state(const struct sock *sk, struct stream_state *st, int newstate, __u64 now,
+					int moved)
 {
 	if (newstate == TCP_CLOSE_WAIT)
 		return 0;
@@ -175,7 +265,7 @@ static __always_inline int client_state(const struct sock *sk, struct stream_sta
 	}
 	int err = BPF_CORE_READ(sk, sk_err);
 	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
-	forget(sk, 0);
+	forget(sk, moved);
 	return 0;
 }
 

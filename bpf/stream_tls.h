@@ -47,6 +47,9 @@ struct tls_call {
 	__u64 retry_ssl, retry_buf;    /* a write call that failed: its retry is no new write */
 	__u64 rx_sk, rx_gen;           /* the socket read last, unclaimed */
 	__u32 rd_nest, wr_nest;        /* calls of the same call inside it (an _ex wrapping the other) */
+	__s64 wr_n;                    /* a write call's plaintext bytes */
+	__u32 wr_done;                 /* ... accounted already (a client's request: stream_client.h) */
+	__u32 _pad;
 };
 
 struct {

@@ -109,6 +109,8 @@ static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64
 	c->wr_buf = buf;
 	c->wr_lenp = lenp;
 	c->wr_nest = 0;
+	c->wr_n = n;
+	c->wr_done = retry || n <= 0;
 	if (retry || n <= 0)
 		return 0;
 	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = ssl};
@@ -117,8 +119,14 @@ static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64
 		return 0;
 	__u64 sk = conn->sk;
 	struct stream_state *st = plain_state(sk, conn->gen);
-	if (st)
+	if (!st)
+		return 0;
+	if (st->client) {
+		c->wr_done = 1;
+		client_plain_request((const struct sock *)sk, st, (const char *)buf, n);
+	} else {
 		plain_write((const struct sock *)sk, st, (const char *)buf, n);
+	}
 	return 0;
 }
 
@@ -171,7 +179,9 @@ static __always_inline int tls_read_done(const struct tls_call_key *key, __s64 r
 	if (n <= 0)
 		return 0;
 	struct stream_state *st = plain_state(sk, gen);
-	if (st)
+	if (st && st->client)
+		client_plain_read((const struct sock *)sk, st, (const char *)buf, n);
+	else if (st)
 		plain_request((const struct sock *)sk, st, (const char *)buf, n);
 	return 0;
 }
@@ -193,6 +203,43 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
 	}
 	c->wr_ssl = 0;
 	return 0;
+}
+
+/* client_note_write_by handles a socket write of a client's TLS
+ * connection made inside the write call key is in (a library that writes
+ * its socket itself: OpenSSL's socket BIO, Go): the call's TLS object is
+ * that socket's, and its plaintext the request, unless accounted at the
+ * call's entry already. */
+static __always_inline void client_note_write_by(const struct tls_call_key *key, const struct sock *sk, __u64 gen)
+{
+	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
+	if (!c || !c->wr_ssl)
+		return;
+	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = c->wr_ssl};
+	struct tls_conn conn = {.sk = (__u64)sk, .gen = gen};
+	bpf_map_update_elem(&tw_st_tls_conns, &ck, &conn, BPF_ANY);
+	if (c->wr_done)
+		return;
+	c->wr_done = 1;
+	struct stream_state *st = plain_state((__u64)sk, gen);
+	if (st && st->client)
+		client_plain_request(sk, st, (const char *)c->wr_buf, c->wr_n);
+}
+
+static __always_inline void client_note_write(const struct sock *sk, const struct stream_state *st)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call_key key = {.tgid = id >> 32};
+	if (st->tls & TLS_C) {
+		key.id = id;
+		client_note_write_by(&key, sk, st->gen);
+	}
+	if (st->tls & TLS_GO) {
+		key.by_g = 1;
+		key.id = user_r14();
+		if (key.id)
+			client_note_write_by(&key, sk, st->gen);
+	}
 }
 
 static __always_inline struct tls_call_key thread_key(void)

@@ -122,6 +122,9 @@ type StreamTlsCall struct {
 	RxGen    uint64
 	RdNest   uint32
 	WrNest   uint32
+	WrN      int64
+	WrDone   uint32
+	Pad      uint32
 }
 
 type StreamTlsCallKey struct {

@@ -98,3 +98,31 @@ func (c *StreamsClientsConfig) hosts() []string {
 	}
 	return out
 }
+
+// selects returns whether a process (pid, executable name) is one whose
+// calls streams.clients measures, as the kernel selects them (a name cut
+// as the kernel keeps it).
+func (c *StreamsClientsConfig) selects() func(pid uint32, exe string) bool {
+	if !c.active() {
+		return func(uint32, string) bool { return false }
+	}
+	pids := map[uint32]bool{}
+	for _, p := range c.Pids {
+		pids[uint32(p)] = true
+	}
+	names := map[string]bool{}
+	for _, n := range c.ProcessNames {
+		names[cutComm(n)] = true
+	}
+	return func(pid uint32, exe string) bool {
+		return len(pids)+len(names) == 0 || pids[pid] || names[cutComm(exe)]
+	}
+}
+
+// cutComm cuts a name as the kernel's comm keeps it.
+func cutComm(name string) string {
+	if len(name) > stream.MaxCommLen {
+		return name[:stream.MaxCommLen]
+	}
+	return name
+}

@@ -108,12 +108,15 @@ func (s *StreamsConfig) probe(report func(tlsprobe.Target)) stream.TLSConfig {
 		excluded[n] = true
 	}
 	// The streams filter selects a process by pid or by name; a process it
-	// drops the streams of is not worth a uprobe.
+	// drops the streams of is not worth a uprobe, unless it is a client
+	// streams.clients selects (the kernel reports those only when they
+	// call a client remote port).
+	clients := s.Clients.selects()
 	sel := func(pid uint32, exe string) bool {
 		if excluded[exe] {
 			return false
 		}
-		return len(pids)+len(names) == 0 || pids[pid] || names[exe]
+		return len(pids)+len(names) == 0 || pids[pid] || names[exe] || clients(pid, exe)
 	}
 	return stream.TLSConfig{Enabled: c.Enabled, ScanInterval: c.ScanInterval, Report: report, Select: sel, Kinds: kinds}
 }

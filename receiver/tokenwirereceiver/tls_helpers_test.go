@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/tlsprobe"
@@ -49,6 +50,9 @@ func startTLSReceiver(t *testing.T, cfg *Config) *tlsReceiver {
 	t.Cleanup(func() { require.NoError(t, s.tel.Shutdown(context.Background())) })
 	set := receivertest.NewNopSettings(metadata.Type)
 	set.TelemetrySettings = s.tel.NewTelemetrySettings()
+	if os.Getenv("TW_DEBUG_LOG") != "" {
+		set.Logger = zaptest.NewLogger(t)
+	}
 	f := NewFactory()
 	mr, err := f.CreateMetrics(context.Background(), set, cfg, s.metrics)
 	require.NoError(t, err)

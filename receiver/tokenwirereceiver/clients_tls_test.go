@@ -1,0 +1,121 @@
+package tokenwirereceiver
+
+import (
+	"context"
+	"crypto/tls"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/genai"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+// tlsClientsConfig measures the TLS calls to remotePort as a client's,
+// probing client processes' TLS libraries (scanning every 100 ms).
+func tlsClientsConfig(remotePort int) *Config {
+	cfg := clientsConfig(remotePort)
+	cfg.Streams.TLS.Enabled = true
+	cfg.Streams.TLS.ScanInterval = MinTLSScanInterval
+	return cfg
+}
+
+// probeSelf makes this process's TLS known to the kernel with a TLS
+// handshake alone to the client port addr (no request: no call), and
+// waits until its crypto/tls is probed.
+func probeSelf(t *testing.T, s *tlsReceiver, addr string, cert *teststack.TLSCert) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, cert.ClientConfig())
+	require.NoError(t, err)
+	require.NoError(t, conn.Handshake())
+	conn.Close()
+	s.waitTarget(t, os.Getpid(), "probed")
+}
+
+// TestGoTLSClientCalls: a Go crypto/tls client in this process. Its first
+// TLS connection to the client port (a handshake alone) makes the kernel
+// report the process, whose crypto/tls is then probed; the calls after it,
+// two on a keep-alive connection and one on another, are read as
+// plaintext: one CLIENT span each in mode tls, exact chunks, the time to
+// first chunk between the server's think time and the client's wait.
+func TestGoTLSClientCalls(t *testing.T) {
+	bpftest.Require(t)
+	cert := teststack.MakeTLSCert(t)
+	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+	cfg := tlsClientsConfig(srv.Port)
+	cfg.Streams.Clients.Pids = []int{os.Getpid()}
+	s := startTLSReceiver(t, cfg)
+
+	probeSelf(t, s, srv.Addr, cert)
+
+	runs := chats(t, cert, srv.URL)
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= len(runs) }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, len(runs))
+	for i, sp := range spans {
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, "tls", a[attrStreamMode])
+		require.Equal(t, "chat llama-3-8b", sp.Name())
+		require.Equal(t, "127.0.0.1", a[genai.AttrServerAddress])
+		require.EqualValues(t, srv.Port, a[genai.AttrServerPort])
+		require.Equal(t, "terminator", a["tokenwire.stream.end_reason"])
+		require.EqualValues(t, tlsEvents, a["tokenwire.stream.chunks"])
+		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+		wait := runs[i].firstEvent.Sub(runs[i].sent)
+		t.Logf("TLS call %d: time to first chunk %v, the client's wait for its first event %v", i, ttfc, wait)
+		require.GreaterOrEqual(t, ttfc, tlsThink)
+		require.LessOrEqual(t, ttfc, wait)
+	}
+}
+
+// TestNodeTLSClientCalls: Node's https module (OpenSSL linked into node,
+// memory BIOs) making calls one after another on one keep-alive
+// connection. The connection began before the process was probed (its
+// ClientHello is what reports the process), so its first calls are not
+// read; every call read after the probe attached is exact: its chunks are
+// the events the client got, its time to first chunk within the client's
+// own wait (CLOCK_MONOTONIC, the kernel's clock).
+func TestNodeTLSClientCalls(t *testing.T) {
+	bpftest.Require(t)
+	teststack.RequireStack(t, teststack.StackNodeHTTP)
+	cert := teststack.MakeTLSCert(t)
+	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+	cfg := tlsClientsConfig(srv.Port)
+	cfg.Streams.Clients.ProcessNames = []string{"node"}
+	cfg.Streams.Clients.Pids = []int{os.Getpid()}
+	s := startTLSReceiver(t, cfg)
+	// The uprobe programs load at the first process probed, which takes a
+	// second: this one's, before node starts.
+	probeSelf(t, s, srv.Addr, cert)
+
+	const calls = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := teststack.NodeClient(ctx, srv.URL+"/v1/chat/completions", cert.CertFile, calls, `{"model":"m","stream":true}`)
+	require.NoError(t, err)
+	require.Len(t, res, calls)
+	time.Sleep(1200 * time.Millisecond)
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	t.Logf("%d of %d calls read", len(spans), calls)
+	require.GreaterOrEqual(t, len(spans), calls/2, "the calls after the probe attached")
+	// The spans are the last calls', in order.
+	for i, sp := range spans {
+		r := res[calls-len(spans)+i]
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, "tls", a[attrStreamMode])
+		require.True(t, strings.HasPrefix(sp.Name(), "chat"), sp.Name())
+		require.EqualValues(t, r.Events, a["tokenwire.stream.chunks"])
+		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+		wait := time.Duration(r.EventNS[0] - r.SentNS)
+		t.Logf("node TLS call %d: time to first chunk %v, the client's wait for its first event %v", calls-len(spans)+i, ttfc, wait)
+		require.GreaterOrEqual(t, ttfc, tlsThink)
+		require.LessOrEqual(t, ttfc, wait)
+	}
+}
