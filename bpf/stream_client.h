@@ -100,10 +100,6 @@ static __always_inline int client_tls(int ret)
 	return h[0] == 22 && h[1] == 3 && h[2] <= 4;
 }
 
-/* client_note_write (stream_tls_probes.h) tells a TLS write call in
- * flight on this thread its socket, and accounts its plaintext. */
-static __always_inline void client_note_write(const struct sock *sk, const struct stream_state *st);
-
 /* client_request starts the call whose request (or more of it) the
  * client is writing now, or moves its start to now. */
 static __always_inline void client_request(const struct sock *sk, struct stream_state *st, __u64 now)
@@ -141,23 +137,6 @@ static __always_inline void client_plain_read(const struct sock *sk, struct stre
 	account_write(sk, st, peek_plain(sk, st, buf, n), n, now);
 }
 
-/* client_tls_begin marks a client connection whose first write is a
- * ClientHello: plaintext-driven when its process is probed, else user
- * space hears of the process. */
-static __always_inline void client_tls_begin(const struct sock *sk, struct stream_state *st)
-{
-	st->tls = TLS_SEEN;
-	count(&tw_st_counters, TW_ST_COUNTER_TLS);
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
-	if (!p) {
-		if (tls_uprobes)
-			tls_discover(tgid);
-	} else if (p->state == TW_TLS_PROC_PROBED) {
-		tls_plain(sk, st, p->libs);
-	}
-}
-
 /* client_tls_sent handles a socket write of a client's TLS connection:
  * one whose process got probed since it began becomes plaintext-driven
  * now; a plaintext-driven one tells the write call in flight its socket. */
@@ -172,7 +151,7 @@ static __always_inline int client_tls_sent(const struct sock *sk, struct stream_
 		if (!(st->tls & TLS_PLAIN))
 			return 0;
 	}
-	client_note_write(sk, st);
+	note_call(sk, st, 1);
 	return 0;
 }
 
@@ -206,7 +185,7 @@ static __always_inline int client_sent(const struct sock *sk, int ret, const int
 			return 0;
 		st->client = 1;
 		if (client_tls(ret)) {
-			client_tls_begin(sk, st);
+			tls_begin(sk, st);
 			return 0;
 		}
 	}
@@ -231,7 +210,7 @@ static __always_inline int client_recv(const struct sock *sk, int ret, const int
 		return 0;
 	if (st->tls & TLS_PLAIN) {
 		if (ret > 0) {
-			note_read(sk, st); /* for the read call that gets its bytes */
+			note_call(sk, st, 0); /* for the read call that gets its bytes */
 			return 0;
 		}
 		if ((st->tls & TLS_MOVED) && !(st = moved_state(sk)))

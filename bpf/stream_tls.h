@@ -91,8 +91,8 @@ static __always_inline struct stream_state *moved_state(const struct sock *sk)
 }
 
 /* tls_discover tells user space, once, that a process it does not know of
- * reads TLS on a watched port. Woken at once: the sooner it is probed,
- * the fewer of its streams stay opaque. */
+ * reads TLS on a watched port or sends it to a client port. Woken at
+ * once: the sooner it is probed, the fewer of its streams stay opaque. */
 static __always_inline void tls_discover(__u32 tgid)
 {
 	struct tw_tls_proc seen = {.state = TW_TLS_PROC_SEEN};
@@ -130,6 +130,23 @@ static __always_inline void tls_plain(const struct sock *sk, struct stream_state
 	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
 }
 
+/* tls_begin marks a connection that began with a ClientHello as TLS:
+ * plaintext-driven when its process is probed, else user space hears of
+ * the process (once). */
+static __always_inline void tls_begin(const struct sock *sk, struct stream_state *st)
+{
+	st->tls = TLS_SEEN;
+	count(&tw_st_counters, TW_ST_COUNTER_TLS);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
+	if (!p) {
+		if (tls_uprobes)
+			tls_discover(tgid);
+	} else if (p->state == TW_TLS_PROC_PROBED) {
+		tls_plain(sk, st, p->libs);
+	}
+}
+
 /* tls_client_hello looks at the first read of a connection (ret bytes):
  * if it is a TLS ClientHello (or its record header alone, as OpenSSL
  * reads it), the connection is TLS, and the read is no request: the
@@ -143,16 +160,7 @@ static __always_inline int tls_client_hello(const struct sock *sk, struct stream
 	if (h[0] != 22 || h[1] != 3 || h[2] > 4)
 		return 0;
 	st->state = TW_ST_IDLE; /* no END: this was no request */
-	st->tls = TLS_SEEN;
-	count(&tw_st_counters, TW_ST_COUNTER_TLS);
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
-	if (!p) {
-		if (tls_uprobes)
-			tls_discover(tgid);
-	}
-	else if (p->state == TW_TLS_PROC_PROBED)
-		tls_plain(sk, st, p->libs);
+	tls_begin(sk, st);
 	return 1;
 }
 
@@ -180,20 +188,31 @@ static __always_inline void note_read_by(struct tls_call_key *key, const struct 
 	}
 }
 
-/* note_read records that the current thread (and goroutine) read the
- * plaintext-driven TLS socket sk, for the read call that gets its bytes. */
-static __always_inline void note_read(const struct sock *sk, const struct stream_state *st)
+/* client_note_write_by (stream_tls_probes.h) tells a client's TLS write
+ * call in flight its socket, and accounts its plaintext. */
+static __always_inline void client_note_write_by(const struct tls_call_key *key, const struct sock *sk, __u64 gen);
+
+/* note_call records that the current thread (and goroutine) read the
+ * plaintext-driven TLS socket sk, for the read call that gets its bytes;
+ * or (write, a client's connection) wrote it, for the write call in
+ * flight. */
+static __always_inline void note_call(const struct sock *sk, const struct stream_state *st, const int write)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct tls_call_key key = {.tgid = id >> 32};
 	if (st->tls & TLS_C) {
 		key.id = id;
-		note_read_by(&key, sk, st->gen);
+		if (write)
+			client_note_write_by(&key, sk, st->gen);
+		else
+			note_read_by(&key, sk, st->gen);
 	}
 	if (st->tls & TLS_GO) {
 		key.by_g = 1;
 		key.id = user_r14();
-		if (key.id)
+		if (key.id && write)
+			client_note_write_by(&key, sk, st->gen);
+		else if (key.id)
 			note_read_by(&key, sk, st->gen);
 	}
 }
@@ -211,7 +230,7 @@ static __always_inline void tls_arrival(const struct sock *sk, struct stream_sta
 static __always_inline void tls_recv(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (st->tls & TLS_PLAIN)
-		note_read(sk, st);
+		note_call(sk, st, 0);
 	else
 		tls_recv_opaque(sk, st, ret);
 }

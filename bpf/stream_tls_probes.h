@@ -226,22 +226,6 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 		client_plain_request(sk, st, (const char *)c->wr_buf, c->wr_n);
 }
 
-static __always_inline void client_note_write(const struct sock *sk, const struct stream_state *st)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	struct tls_call_key key = {.tgid = id >> 32};
-	if (st->tls & TLS_C) {
-		key.id = id;
-		client_note_write_by(&key, sk, st->gen);
-	}
-	if (st->tls & TLS_GO) {
-		key.by_g = 1;
-		key.id = user_r14();
-		if (key.id)
-			client_note_write_by(&key, sk, st->gen);
-	}
-}
-
 static __always_inline struct tls_call_key thread_key(void)
 {
 	__u64 id = bpf_get_current_pid_tgid();

@@ -12,7 +12,7 @@ import (
 // The GenAI client metrics of calls this host makes (streams.clients),
 // per the conventions' client instruments (genai.Metric*): each series of
 // client calls is one point per metric, with the client attributes
-// (putClientAttrs). Client calls have no tokenwire.stream.chunks or
+// (putStreamAttrs). Client calls have no tokenwire.stream.chunks or
 // .bytes sums: those are the servers'; a call's chunks are on its span,
 // and time_per_output_chunk counts the intervals between them.
 var (
@@ -69,11 +69,11 @@ func addClientHistograms(ms pmetric.MetricSlice, series []streamagg.SeriesSnapsh
 	duration := newHistogramPoints(ms, &clientDurationDef, start, now)
 	for _, s := range series {
 		if attrs, ok := duration.add(s.Duration); ok {
-			putClientAttrs(attrs, s.Key)
+			putStreamAttrs(attrs, s.Key)
 		}
 		for _, e := range s.Errors {
 			if attrs, ok := duration.add(e.Duration); ok {
-				putClientAttrs(attrs, s.Key)
+				putStreamAttrs(attrs, s.Key)
 				attrs.PutStr(genai.AttrErrorType, e.Type)
 			}
 		}
@@ -88,40 +88,9 @@ func addClientHistograms(ms pmetric.MetricSlice, series []streamagg.SeriesSnapsh
 		points := newHistogramPoints(ms, p.def, start, now)
 		for _, s := range series {
 			if attrs, ok := points.add(p.of(&s.Series)); ok {
-				putClientAttrs(attrs, s.Key)
+				putStreamAttrs(attrs, s.Key)
 			}
 		}
 	}
-	tokens := newHistogramPoints(ms, &clientTokenUsageDef, start, now)
-	for _, s := range series {
-		for _, t := range []struct {
-			h   *histogram.Histogram
-			typ string
-		}{{s.InputTokens, genai.TokenTypeInput}, {s.OutputTokens, genai.TokenTypeOutput}} {
-			if attrs, ok := tokens.add(t.h); ok {
-				putClientAttrs(attrs, s.Key)
-				attrs.PutStr(genai.AttrTokenType, t.typ)
-			}
-		}
-	}
-}
-
-// putClientAttrs sets a client series' attributes on a point: the
-// conventions' client attributes, each when known, and the stream mode
-// and format.
-func putClientAttrs(attrs pcommon.Map, k streamagg.SeriesKey) {
-	attrs.PutInt(genai.AttrServerPort, int64(k.Port))
-	attrs.PutStr(attrStreamMode, k.Mode.String())
-	for _, kv := range [...]struct{ key, value string }{
-		{genai.AttrServerAddress, k.ServerAddress},
-		{genai.AttrRequestModel, k.Model},
-		{genai.AttrOperationName, k.Operation},
-		{genai.AttrProviderName, k.Provider},
-		{genai.AttrResponseModel, k.ResponseModel},
-		{attrStreamFormat, formatAttr(k)},
-	} {
-		if kv.value != "" {
-			attrs.PutStr(kv.key, kv.value)
-		}
-	}
+	addTokenPoints(newHistogramPoints(ms, &clientTokenUsageDef, start, now), series, putStreamAttrs)
 }

@@ -180,14 +180,19 @@ func addStreamHistograms(ms pmetric.MetricSlice, series []streamagg.SeriesSnapsh
 			}
 		}
 	}
-	tokens := newHistogramPoints(ms, &tokenUsageDef, start, now)
+	addTokenPoints(newHistogramPoints(ms, &tokenUsageDef, start, now), series, putStreamAttrs)
+}
+
+// addTokenPoints adds the input and output token usage of each series to
+// tokens, a point per token type, with the series' attributes (put).
+func addTokenPoints(tokens *histogramPoints, series []streamagg.SeriesSnapshot, put func(pcommon.Map, streamagg.SeriesKey)) {
 	for _, s := range series {
 		for _, t := range []struct {
 			h   *histogram.Histogram
 			typ string
 		}{{s.InputTokens, genai.TokenTypeInput}, {s.OutputTokens, genai.TokenTypeOutput}} {
 			if attrs, ok := tokens.add(t.h); ok {
-				putStreamAttrs(attrs, s.Key)
+				put(attrs, s.Key)
 				attrs.PutStr(genai.AttrTokenType, t.typ)
 			}
 		}
@@ -195,13 +200,18 @@ func addStreamHistograms(ms pmetric.MetricSlice, series []streamagg.SeriesSnapsh
 }
 
 // putStreamAttrs sets a stream series' attributes on a histogram point,
-// as sumOptions does on the sums: the GenAI ones only when known.
+// as sumOptions does on the sums: the GenAI ones only when known. A client
+// series has server.address and no HTTP attributes (the client
+// conventions have none).
 func putStreamAttrs(attrs pcommon.Map, k streamagg.SeriesKey) {
 	attrs.PutInt(genai.AttrServerPort, int64(k.Port))
-	attrs.PutStr(genai.AttrHTTPRequestMethod, k.Method)
-	attrs.PutStr(genai.AttrHTTPRoute, k.Route)
+	if !k.Client {
+		attrs.PutStr(genai.AttrHTTPRequestMethod, k.Method)
+		attrs.PutStr(genai.AttrHTTPRoute, k.Route)
+	}
 	attrs.PutStr(attrStreamMode, k.Mode.String())
 	for _, kv := range [...]struct{ key, value string }{
+		{genai.AttrServerAddress, k.ServerAddress},
 		{genai.AttrRequestModel, k.Model},
 		{genai.AttrOperationName, k.Operation},
 		{genai.AttrProviderName, k.Provider},
