@@ -17,6 +17,7 @@ import (
 // side of the call (its port is not watched).
 func TestClientCallIsMeasured(t *testing.T) {
 	bpftest.Require(t)
+	teststack.RequireTool(t, "curl")
 	const events = 8
 	srv := &teststack.SSEServer{Think: 60 * time.Millisecond, Interval: 15 * time.Millisecond, Events: events,
 		Done: teststack.DoneWithEnd}
