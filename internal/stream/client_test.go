@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -85,5 +86,59 @@ func TestClientCallIsMeasured(t *testing.T) {
 func init() {
 	if os.Getenv("TOKENWIRE_COST_CLIENTS") != "" {
 		costConfig = func(c *Config) { c.Clients = ClientConfig{RemotePorts: []uint16{1}} }
+	}
+}
+
+// TestGoClientCallInKernel: a Go net/http client in this process (no
+// other tool: it runs in the kernel guests too) calls a server on a client
+// remote port, selected by pid: one call per request on the keep-alive
+// connection, each with its request captured, every event a chunk (the
+// first read with the head), ended by the terminator.
+func TestGoClientCallInKernel(t *testing.T) {
+	bpftest.Require(t)
+	const events, calls = 5, 2
+	srv := &teststack.SSEServer{Think: 30 * time.Millisecond, Interval: 10 * time.Millisecond, Events: events,
+		Done: teststack.DoneWithEnd}
+	addr, port := serve(t, srv)
+	cfg := testConfig(1)
+	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Pids: []uint32{uint32(os.Getpid())}}
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	for range calls {
+		if err := teststack.Fetch(client, "POST", "http://"+addr+"/v1/chat/completions", `{"model":"m"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streams := rec.ends(t, calls)
+	ended := 0
+	for id, rs := range streams {
+		var reqs int
+		for _, r := range rs {
+			switch {
+			case r.Kind == KindRequest:
+				reqs++
+			case r.Kind == KindEnd:
+				ended++
+				st := r.Stats
+				if !st.Client() || r.Reason != EndTerminator || st.Chunks != events-1 || st.HeadBytes == 0 ||
+					st.Remote.Port() != port || st.FirstChunkTS <= st.HeadersTS {
+					t.Errorf("stream %v END: client %v, reason %v, chunks %d after a head of %d bytes, remote %v",
+						id, st.Client(), r.Reason, st.Chunks, st.HeadBytes, st.Remote)
+				}
+				if ttft := time.Duration(st.HeadersTS - st.RequestTS); ttft < srv.Think {
+					t.Errorf("stream %v: first chunk %v after the request, before the server's think time %v", id, ttft, srv.Think)
+				}
+			}
+		}
+		if reqs == 0 {
+			t.Errorf("stream %v: no request captured", id)
+		}
+	}
+	if ended != calls {
+		t.Errorf("%d calls ended, want %d", ended, calls)
 	}
 }
