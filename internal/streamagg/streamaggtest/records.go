@@ -48,6 +48,9 @@ type Stream struct {
 	// them (at most stream.PeekMax bytes).
 	FirstBody string
 	Tails     []string
+	// ClientCall makes it a call this host made (stream.Stats.Client): the
+	// request written by Client, the response read from Server.
+	ClientCall bool
 }
 
 // Records returns the stream's request, response and END records; the
@@ -57,6 +60,9 @@ func (s Stream) Records(intervalBounds []float64) []stream.Record {
 	st := stream.Stats{
 		RequestTS: 1000 * ms, HeadersTS: 1000*ms + s.HeadAt*ms, HeadBytes: s.HeadBytes, PID: s.PID,
 		Local: Server, Remote: Client,
+	}
+	if s.ClientCall {
+		st.Local, st.Remote, st.Flags = Client, Server, stream.StatsClient
 	}
 	for i, at := range s.ChunkAt {
 		ts := 1000*ms + at*ms
@@ -84,7 +90,7 @@ func (s Stream) Records(intervalBounds []float64) []stream.Record {
 	}
 	for off := 0; off < len(s.Request) || off == 0; off += n {
 		recs = append(recs, stream.Record{Kind: stream.KindRequest, ID: id, PID: s.PID, TS: 1000 * ms,
-			Offset: uint32(off), Data: []byte(s.Request[off:min(off+n, len(s.Request))])})
+			Offset: uint32(off), Client: s.ClientCall, Data: []byte(s.Request[off:min(off+n, len(s.Request))])})
 	}
 	recs = append(recs, stream.Record{Kind: stream.KindResponse, ID: id, PID: s.PID, TS: st.HeadersTS,
 		Flags: stream.RespHTTP, Data: []byte(s.Head)})
