@@ -11,12 +11,12 @@ func TestHostOf(t *testing.T) {
 	for head, want := range map[string]string{
 		"POST /v1/chat/completions HTTP/1.1\r\nHost: api.openai.com\r\n\r\n":        "api.openai.com",
 		"POST / HTTP/1.1\r\nhost:localhost:11434\r\nAccept: */*\r\n\r\n":            "localhost",
-		"POST / HTTP/1.1\r\nHOST: [::1]:8000\r\n\r\n":                                "::1",
-		"POST / HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n":                                 "192.0.2.1",
-		"POST / HTTP/1.1\r\nX-Host: evil\r\n\r\n":                                    "",
-		"POST / HTTP/1.1\r\nContent-Type: a\r\n\r\nHost: in.the.body\r\n":            "",
-		"POST / HTTP/1.1\r\nHost: \r\n\r\n":                                          "",
-		"POST / HTTP/1.1\r\nHost: [::1\r\n\r\n":                                      "",
+		"POST / HTTP/1.1\r\nHOST: [::1]:8000\r\n\r\n":                               "::1",
+		"POST / HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n":                                "192.0.2.1",
+		"POST / HTTP/1.1\r\nX-Host: evil\r\n\r\n":                                   "",
+		"POST / HTTP/1.1\r\nContent-Type: a\r\n\r\nHost: in.the.body\r\n":           "",
+		"POST / HTTP/1.1\r\nHost: \r\n\r\n":                                         "",
+		"POST / HTTP/1.1\r\nHost: [::1\r\n\r\n":                                     "",
 		"POST / HTTP/1.1\r\nUser-Agent: x\r\nHost: api.anthropic.com:443\r\n\r\n{}": "api.anthropic.com",
 	} {
 		if got := string(hostOf([]byte(head))); got != want {
