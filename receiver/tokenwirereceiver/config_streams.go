@@ -93,7 +93,8 @@ type StreamsConfig struct {
 	// attributes are absent (tokenwire.stream.format is unknown).
 	ResponseDetails bool `mapstructure:"response_details"`
 	// Providers sets gen_ai.provider.name for the streams of a port, by
-	// port number ("8000": vllm). It wins over the provider a stream's
+	// port number ("8000": vllm): a watched server port, or a client
+	// remote port for the calls to it. It wins over the provider a stream's
 	// wire format speaks for (openai for OpenAI-compatible servers such
 	// as vLLM, anthropic, ollama, huggingface.tgi, llama_cpp); without it
 	// a stream in no known format has no provider.
@@ -162,7 +163,8 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	return append(errs, s.validateProviders()...)
 }
 
-// validateProviders checks streams.providers: each key a watched port,
+// validateProviders checks streams.providers: each key a watched port or
+// a client remote port (the calls' server port),
 // each value a provider name as the conventions spell them (lower case
 // words joined by '.' or '_': "vllm", "huggingface.tgi", "aws.bedrock").
 func (s *StreamsConfig) validateProviders() []error {
@@ -171,13 +173,16 @@ func (s *StreamsConfig) validateProviders() []error {
 	for _, p := range s.Ports {
 		watched[p] = true
 	}
+	for _, p := range s.Clients.RemotePorts {
+		watched[p] = true
+	}
 	for _, key := range slices.Sorted(maps.Keys(s.Providers)) {
 		port, err := strconv.Atoi(key)
 		switch {
 		case err != nil || port < 1 || port > 65535:
 			errs = append(errs, fmt.Errorf("streams.providers: key %q is not a port (1-65535)", key))
 		case !watched[port]:
-			errs = append(errs, fmt.Errorf("streams.providers: port %d is not in streams.ports", port))
+			errs = append(errs, fmt.Errorf("streams.providers: port %d is not in streams.ports nor streams.clients.remote_ports", port))
 		}
 		if v := s.Providers[key]; !providerName.MatchString(v) {
 			errs = append(errs, fmt.Errorf("streams.providers[%s]: %q is not a provider name (lower-case letters, digits, '_', words joined by '.', at most 64 characters)", key, v))

@@ -195,7 +195,7 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"tls exclude empty", func(c *Config) { c.Streams.TLS.ExcludeProcessNames = []string{""} }, `streams.tls.exclude_process_names[0]: "" is not an executable name`},
 		{"provider key not a port", func(c *Config) { c.Streams.Providers = map[string]string{"vllm": "vllm"} }, `streams.providers: key "vllm" is not a port (1-65535)`},
 		{"provider port out of range", func(c *Config) { c.Streams.Providers = map[string]string{"70000": "vllm"} }, `streams.providers: key "70000" is not a port`},
-		{"provider port not watched", func(c *Config) { c.Streams.Providers = map[string]string{"9000": "vllm"} }, "streams.providers: port 9000 is not in streams.ports"},
+		{"provider port not watched", func(c *Config) { c.Streams.Providers = map[string]string{"9000": "vllm"} }, "streams.providers: port 9000 is not in streams.ports nor streams.clients.remote_ports"},
 		{"provider name with upper case", func(c *Config) { c.Streams.Providers = map[string]string{"8000": "vLLM"} }, `streams.providers[8000]: "vLLM" is not a provider name`},
 		{"empty provider name", func(c *Config) { c.Streams.Providers = map[string]string{"8000": ""} }, `streams.providers[8000]: "" is not a provider name`},
 		{"provider name with an empty word", func(c *Config) { c.Streams.Providers = map[string]string{"8000": "aws..bedrock"} }, `streams.providers[8000]: "aws..bedrock" is not a provider name`},
