@@ -12,7 +12,7 @@ import (
 	"strconv"
 )
 
-// NodeResult is one request as the Node client saw it (times are
+// NodeResult is one request as the Node (or Python) client saw it (times are
 // CLOCK_MONOTONIC, comparable with the kernel's).
 type NodeResult struct {
 	Status    int      `json:"status"`
@@ -32,17 +32,33 @@ func NodeClient(ctx context.Context, url, caFile string, requests int, body stri
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "teststack-nodeclient-")
+	return runClient(ctx, node, "stream_client.js", url, caFile, requests, body)
+}
+
+// PythonClient is NodeClient with Python's http.client (and its ssl
+// module, on the system's shared OpenSSL, for https).
+func PythonClient(ctx context.Context, url, caFile string, requests int, body string) ([]NodeResult, error) {
+	python, err := findPython("http.client, ssl")
+	if err != nil {
+		return nil, err
+	}
+	return runClient(ctx, python, "stream_client.py", url, caFile, requests, body)
+}
+
+// runClient runs the client script name (servers/) with interp and
+// returns the results it printed, one JSON object per request.
+func runClient(ctx context.Context, interp, name, url, caFile string, requests int, body string) ([]NodeResult, error) {
+	dir, err := os.MkdirTemp("", "teststack-client-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	src, _ := files.ReadFile("servers/stream_client.js")
-	script := filepath.Join(dir, "stream_client.js")
+	src, _ := files.ReadFile("servers/" + name)
+	script := filepath.Join(dir, name)
 	if err := os.WriteFile(script, src, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, node, script, url, strconv.Itoa(requests), body)
+	cmd := exec.CommandContext(ctx, interp, script, url, strconv.Itoa(requests), body)
 	cmd.Env = append(os.Environ(), "TW_CA="+caFile)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -52,12 +68,12 @@ func NodeClient(ctx context.Context, url, caFile string, requests int, body stri
 	for sc.Scan() {
 		var r NodeResult
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return out, fmt.Errorf("node client: %q: %w", sc.Text(), err)
+			return out, fmt.Errorf("%s: %q: %w", name, sc.Text(), err)
 		}
 		out = append(out, r)
 	}
 	if runErr != nil {
-		return out, fmt.Errorf("node client: %v: %s", runErr, stderr.String())
+		return out, fmt.Errorf("%s: %v: %s", name, runErr, stderr.String())
 	}
 	return out, nil
 }

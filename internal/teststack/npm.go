@@ -17,7 +17,7 @@ import (
 
 // The servers' sources, and the Node packages the express server needs.
 //
-//go:embed servers/stream_server.py servers/asgi_common.py servers/stream_server.js servers/stream_client.js node/package.json node/package-lock.json
+//go:embed servers/stream_server.py servers/asgi_common.py servers/stream_server.js servers/stream_client.js servers/stream_client.py node/package.json node/package-lock.json
 var files embed.FS
 
 // NPMDirEnv names the directory for the Node packages instead of the

@@ -161,34 +161,65 @@ func TestCurlClientCallsAndSelection(t *testing.T) {
 	require.LessOrEqual(t, ttfc, res.TTFB, "the head comes with the first event: curl's first byte is the first chunk")
 }
 
-// TestNodeClientCalls: Node's http module with a keep-alive agent, as Node
-// SDKs call an API: exact calls and chunks, and each call's time to first
-// chunk against the client's own clock (CLOCK_MONOTONIC, the kernel's).
-func TestNodeClientCalls(t *testing.T) {
-	bpftest.Require(t)
-	teststack.RequireStack(t, teststack.StackNodeHTTP)
-	const think, calls, events = 40 * time.Millisecond, 3, 6
-	srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
-	cfg := clientsConfig(srv.Port)
-	cfg.Streams.Clients.ProcessNames = []string{"node"}
-	s := startTLSReceiver(t, cfg)
+// scriptClient is a client program the tests run (teststack): Node's
+// http module with a keep-alive agent, as Node SDKs call an API, and
+// Python's http.client on one connection.
+type scriptClient struct {
+	name, comm string // comm: as the kernel selects it (python3, where the executable is python3.11)
+	require    func(testing.TB)
+	run        func(ctx context.Context, url, caFile string, requests int, body string) ([]teststack.NodeResult, error)
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := teststack.NodeClient(ctx, srv.URL+"/v1/chat/completions", "", calls, `{"model":"m","stream":true}`)
-	require.NoError(t, err)
-	require.Len(t, res, calls)
-	require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
-	s.stop()
-	spans := clientSpans(t, s.traces)
-	require.Len(t, spans, calls)
+var scriptClients = []scriptClient{
+	{"node", "node", func(tb testing.TB) { teststack.RequireStack(tb, teststack.StackNodeHTTP) }, teststack.NodeClient},
+	{"python", "python3", func(tb testing.TB) { teststack.RequireTool(tb, "python3") }, teststack.PythonClient},
+}
+
+// TestScriptClientCalls: each script client, selected by process name,
+// makes calls one after another on one keep-alive connection: exact calls
+// and chunks, and each call's time to first chunk against the client's
+// own clock.
+func TestScriptClientCalls(t *testing.T) {
+	bpftest.Require(t)
+	for _, c := range scriptClients {
+		t.Run(c.name, func(t *testing.T) {
+			c.require(t)
+			const think, calls, events = 40 * time.Millisecond, 3, 6
+			srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+			cfg := clientsConfig(srv.Port)
+			cfg.Streams.Clients.ProcessNames = []string{c.comm}
+			s := startTLSReceiver(t, cfg)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := c.run(ctx, srv.URL+"/v1/chat/completions", "", calls, `{"model":"m","stream":true}`)
+			require.NoError(t, err)
+			require.Len(t, res, calls)
+			require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
+			s.stop()
+			spans := clientSpans(t, s.traces)
+			require.Len(t, spans, calls)
+			for _, r := range res {
+				require.Equal(t, events, r.Events)
+			}
+			checkScriptCalls(t, spans, res, think)
+		})
+	}
+}
+
+// checkScriptCalls checks the spans of the last len(spans) calls of res
+// (a client script's, in order): chunks are the events the client got,
+// the time to first chunk at least think and at most the client's own
+// wait for its first event (CLOCK_MONOTONIC, the kernel's clock).
+func checkScriptCalls(t *testing.T, spans []ptrace.Span, res []teststack.NodeResult, think time.Duration) {
+	t.Helper()
 	for i, sp := range spans {
+		n := len(res) - len(spans) + i
 		a := sp.Attributes().AsRaw()
-		require.Equal(t, res[i].Events, events)
-		require.EqualValues(t, res[i].Events, a["tokenwire.stream.chunks"], fmt.Sprintf("call %d", i))
+		require.EqualValues(t, res[n].Events, a["tokenwire.stream.chunks"], fmt.Sprintf("call %d", n))
 		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
-		wait := time.Duration(res[i].EventNS[0] - res[i].SentNS)
-		t.Logf("node call %d: time to first chunk %v, the client's wait for its first event %v", i, ttfc, wait)
+		wait := time.Duration(res[n].EventNS[0] - res[n].SentNS)
+		t.Logf("call %d (%s): time to first chunk %v, the client's wait for its first event %v", n, a[attrStreamMode], ttfc, wait)
 		require.GreaterOrEqual(t, ttfc, think)
 		require.LessOrEqual(t, ttfc, wait)
 	}

@@ -2,6 +2,7 @@ package tokenwirereceiver
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -100,8 +101,9 @@ func (c *StreamsClientsConfig) hosts() []string {
 }
 
 // selects returns whether a process (pid, executable name) is one whose
-// calls streams.clients measures, as the kernel selects them (a name cut
-// as the kernel keeps it).
+// calls streams.clients measures, as the kernel selects them: by its
+// comm (/proc/PID/comm, which the kernel compares: python3, where the
+// executable is python3.11), or its executable's name cut as comm is.
 func (c *StreamsClientsConfig) selects() func(pid uint32, exe string) bool {
 	if !c.active() {
 		return func(uint32, string) bool { return false }
@@ -115,7 +117,11 @@ func (c *StreamsClientsConfig) selects() func(pid uint32, exe string) bool {
 		names[cutComm(n)] = true
 	}
 	return func(pid uint32, exe string) bool {
-		return len(pids)+len(names) == 0 || pids[pid] || names[cutComm(exe)]
+		if len(pids)+len(names) == 0 || pids[pid] || names[cutComm(exe)] {
+			return true
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return err == nil && names[strings.TrimSuffix(string(comm), "\n")]
 	}
 }
 
