@@ -50,6 +50,11 @@ struct tls_call {
 	__s64 wr_n;                    /* a write call's plaintext bytes */
 	__u32 wr_done;                 /* ... accounted already (a client's request: stream_client.h) */
 	__u32 _pad;
+	/* A client's write call that returned before its socket was known
+	 * (a memory BIO: the socket is written after the call): it starts a
+	 * call at the thread's next write of a client TLS socket, unread (its
+	 * plaintext buffer may be freed and reused by then). */
+	__u64 pend_ssl;
 };
 
 struct {

@@ -121,12 +121,11 @@ static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64
 	struct stream_state *st = plain_state(sk, conn->gen);
 	if (!st)
 		return 0;
-	if (st->client) {
-		c->wr_done = 1;
+	c->wr_done = 1;
+	if (st->client)
 		client_plain_request((const struct sock *)sk, st, (const char *)buf, n);
-	} else {
+	else
 		plain_write((const struct sock *)sk, st, (const char *)buf, n);
-	}
 	return 0;
 }
 
@@ -186,8 +185,10 @@ static __always_inline int tls_read_done(const struct tls_call_key *key, __s64 r
 	return 0;
 }
 
-/* tls_write_done ends a write call: one that failed is retried with the
- * same arguments, which is no new write. */
+/* tls_write_done ends a write call: one that was accounted and failed is
+ * retried with the same arguments, which is no new write; one that was
+ * not accounted (its socket unknown at its entry) waits for the thread's
+ * next client socket write (client_note_write_by). */
 static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 ret)
 {
 	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
@@ -198,8 +199,12 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
 		return 0;
 	}
 	if (call_bytes(ret, c->wr_lenp) <= 0) {
-		c->retry_ssl = c->wr_ssl;
-		c->retry_buf = c->wr_buf;
+		if (c->wr_done) { /* accounted: its retry is no new write */
+			c->retry_ssl = c->wr_ssl;
+			c->retry_buf = c->wr_buf;
+		}
+	} else if (!c->wr_done) {
+		c->pend_ssl = c->wr_ssl;
 	}
 	c->wr_ssl = 0;
 	return 0;
@@ -209,21 +214,35 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
  * connection made inside the write call key is in (a library that writes
  * its socket itself: OpenSSL's socket BIO, Go): the call's TLS object is
  * that socket's, and its plaintext the request, unless accounted at the
- * call's entry already. */
+ * call's entry already. After a write call that returned before its
+ * socket was known (a memory BIO: Node's first request on a connection),
+ * the write starts a call whose request is not read. */
 static __always_inline void client_note_write_by(const struct tls_call_key *key, const struct sock *sk, __u64 gen)
 {
 	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
-	if (!c || !c->wr_ssl)
+	if (!c)
 		return;
-	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = c->wr_ssl};
+	__u64 ssl = c->wr_ssl;
+	__s64 n = c->wr_n;
+	if (ssl && c->wr_done)
+		n = 0;
+	else if (ssl)
+		c->wr_done = 1;
+	else if (!(ssl = c->pend_ssl))
+		return;
+	else
+		n = -1;
+	c->pend_ssl = 0;
+	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = ssl};
 	struct tls_conn conn = {.sk = (__u64)sk, .gen = gen};
 	bpf_map_update_elem(&tw_st_tls_conns, &ck, &conn, BPF_ANY);
-	if (c->wr_done)
-		return;
-	c->wr_done = 1;
 	struct stream_state *st = plain_state((__u64)sk, gen);
-	if (st && st->client)
-		client_plain_request(sk, st, (const char *)c->wr_buf, c->wr_n);
+	if (!st || !st->client || !n)
+		return;
+	if (n > 0)
+		client_plain_request(sk, st, (const char *)c->wr_buf, n);
+	else
+		client_request(sk, st, bpf_ktime_get_ns());
 }
 
 static __always_inline struct tls_call_key thread_key(void)

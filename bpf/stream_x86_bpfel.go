@@ -125,6 +125,7 @@ type StreamTlsCall struct {
 	WrN      int64
 	WrDone   uint32
 	Pad      uint32
+	PendSsl  uint64
 }
 
 type StreamTlsCallKey struct {

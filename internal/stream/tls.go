@@ -31,6 +31,9 @@ type TLSConfig struct {
 	Select func(pid uint32, exe string) bool
 	// Kinds are the kinds of TLS file to probe; nil: all.
 	Kinds []tlsprobe.Kind
+	// Clients, when set, names the client processes to probe as the
+	// /proc scan finds them (tlsprobe.Config.Clients).
+	Clients func(pid uint32) bool
 }
 
 // DefaultTLSScanInterval is TLSConfig.ScanInterval's default.
@@ -79,6 +82,7 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 		Report:       cfg.TLS.Report,
 		Select:       cfg.TLS.Select,
 		Kinds:        cfg.TLS.Kinds,
+		Clients:      cfg.TLS.Clients,
 	})
 	t.tls.manager = m
 	if err != nil {

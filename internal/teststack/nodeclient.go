@@ -35,6 +35,10 @@ func NodeClient(ctx context.Context, url, caFile string, requests int, body stri
 	return runClient(ctx, node, "stream_client.js", url, caFile, requests, body)
 }
 
+// ClientStartDelayEnv names the environment variable (milliseconds) that
+// makes NodeClient and PythonClient wait before they connect.
+const ClientStartDelayEnv = "TW_START_DELAY_MS"
+
 // PythonClient is NodeClient with Python's http.client (and its ssl
 // module, on the system's shared OpenSSL, for https).
 func PythonClient(ctx context.Context, url, caFile string, requests int, body string) ([]NodeResult, error) {

@@ -7,9 +7,10 @@
 //
 // Processes are found two ways: a scan of /proc at Start and every
 // ScanInterval (sockets listening on a watched port, in every network
-// namespace, and the processes holding them), and the kernel's word (a
+// namespace, and the processes holding them; and client processes
+// selected by name or pid: Config.Clients), and the kernel's word (a
 // process the probe does not know read a TLS ClientHello on a watched
-// port: Discover). The scan finds servers before their first connection,
+// port, or sent one to a client port: Discover). The scan finds servers before their first connection,
 // the kernel's word finds the rest at their first (forked workers, TLS
 // loaded late, libraries the probes do not know), so a process nobody
 // connects to with TLS on a watched port costs nothing but the scan.
@@ -69,6 +70,11 @@ type Config struct {
 	Select func(pid uint32, exe string) bool
 	// Kinds are the kinds of file to probe; nil: all of them.
 	Kinds []Kind
+	// Clients, when set, names the client processes (calls to client
+	// remote ports) to probe as the scan finds them, before their first
+	// TLS connection, which is then read in full (the kernel's word comes
+	// with that connection's ClientHello, too late for its first call).
+	Clients func(pid uint32) bool
 }
 
 // Manager attaches and detaches the TLS uprobes as processes come and go.
@@ -182,6 +188,13 @@ func (m *Manager) scan() error {
 	})
 	for _, pid := range found {
 		m.probe(pid, false)
+	}
+	if m.cfg.Clients != nil {
+		for _, pid := range all {
+			if m.procs[pid] == nil && m.cfg.Clients(pid) {
+				m.probe(pid, false) // one with no TLS library yet is looked at again
+			}
+		}
 	}
 	return err
 }

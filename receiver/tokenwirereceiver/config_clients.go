@@ -132,3 +132,13 @@ func cutComm(name string) string {
 	}
 	return name
 }
+
+// candidates returns which processes the TLS scan probes before their
+// first call (sel: selects' answer): the ones process_names or pids
+// select; none when neither is set (every process would be).
+func (c *StreamsClientsConfig) candidates(sel func(pid uint32, exe string) bool) func(pid uint32) bool {
+	if !c.active() || len(c.Pids)+len(c.ProcessNames) == 0 {
+		return nil
+	}
+	return func(pid uint32) bool { return sel(pid, "") }
+}

@@ -118,5 +118,6 @@ func (s *StreamsConfig) probe(report func(tlsprobe.Target)) stream.TLSConfig {
 		}
 		return len(pids)+len(names) == 0 || pids[pid] || names[exe] || clients(pid, exe)
 	}
-	return stream.TLSConfig{Enabled: c.Enabled, ScanInterval: c.ScanInterval, Report: report, Select: sel, Kinds: kinds}
+	return stream.TLSConfig{Enabled: c.Enabled, ScanInterval: c.ScanInterval, Report: report, Select: sel, Kinds: kinds,
+		Clients: s.Clients.candidates(clients)}
 }

@@ -3,7 +3,7 @@
 // response read event by event as it arrives.
 //
 // Arguments: URL, number of requests, JSON body. Environment: TW_CA, a PEM
-// certificate to trust.
+// certificate to trust; TW_START_DELAY_MS, a wait before connecting.
 //
 // Stdout, one JSON object per request: status, data events before
 // "data: [DONE]", whether that came, the local port, and CLOCK_MONOTONIC
@@ -54,6 +54,7 @@ function one() {
 }
 
 (async () => {
+  await new Promise((r) => setTimeout(r, Number(process.env.TW_START_DELAY_MS || 0)));
   for (let i = 0; i < requests; i++) {
     process.stdout.write(JSON.stringify(await one()) + '\n');
   }

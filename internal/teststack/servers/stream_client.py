@@ -4,7 +4,7 @@
 # another, each response read line by line as it arrives.
 #
 # Arguments: URL, number of requests, JSON body. Environment: TW_CA, a PEM
-# certificate to trust.
+# certificate to trust; TW_START_DELAY_MS, a wait before connecting.
 #
 # Stdout, one JSON object per request, as stream_client.js writes them:
 # status, data events before "data: [DONE]", whether that came, the local
@@ -27,6 +27,7 @@ def now():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+time.sleep(int(os.environ.get('TW_START_DELAY_MS') or 0) / 1000)
 if url.scheme == 'https':
     ctx = ssl.create_default_context(cafile=os.environ.get('TW_CA') or None)
     conn = http.client.HTTPSConnection(url.hostname, url.port, context=ctx)
