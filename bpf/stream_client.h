@@ -16,14 +16,16 @@
  *
  * Selection costs a socket that is not a client of a configured port one
  * .rodata port test per event (no map lookup), after the server port
- * test; the process test runs once per connection, when it is first seen.
+ * test. The process test runs at a connection's first write when its
+ * process is selected (the connection is tracked from then), and at every
+ * write of a process that is not.
  *
  * TLS (a ClientHello as the connection's first write): in a process whose
  * TLS library is probed (stream_tls.h), the library's calls drive the
  * machine with the plaintext: a write call is the request (accounted at
  * its entry when its TLS object's socket is known, else at the socket
- * write inside it, which tells the socket), a read call's return a
- * response read. The socket hooks then only tell the calls their socket,
+ * write inside it, which tells the socket, or after it: a memory BIO,
+ * timed only), a read call's return a response read. The socket hooks then only tell the calls their socket,
  * and a read of 0 bytes still ends the call. A process not probed yet is
  * reported to user space once; its connection is read as plaintext from
  * the first write after its library was probed. Part of stream.bpf.c.

@@ -85,7 +85,7 @@ func TestGoTLSClientCalls(t *testing.T) {
 // read, and every call read after the probe attached is exact. Probed by
 // the scan (the script selected by name waits before it connects): every
 // call is read. Node writes its socket after its write call returned, so
-// the first call read on a connection is timed but its request is not
+// the first call read on a connection may be timed with its request not
 // read (no method, model: named "call {port}").
 func TestScriptTLSClientCalls(t *testing.T) {
 	bpftest.Require(t)
@@ -122,10 +122,11 @@ func TestScriptTLSClientCalls(t *testing.T) {
 				require.GreaterOrEqual(t, len(spans), calls/2, "the calls after the probe attached")
 				for i, sp := range spans {
 					require.Equal(t, "tls", sp.Attributes().AsRaw()[attrStreamMode])
-					if c.name == "node" && i == 0 {
-						// The connection's first call read: timed, its
-						// request not (memory BIOs, docs/tls.md#clients).
-						require.Equal(t, fmt.Sprintf("call %d", srv.Port), sp.Name())
+					if c.name == "node" && i == 0 && sp.Name() == fmt.Sprintf("call %d", srv.Port) {
+						// The connection's first call read may be timed
+						// with its request unread (memory BIOs, when its
+						// socket is learnt only after its write call:
+						// docs/tls.md#clients).
 						continue
 					}
 					require.True(t, strings.HasPrefix(sp.Name(), "chat"), "%s: %v", sp.Name(), sp.Attributes().AsRaw())
