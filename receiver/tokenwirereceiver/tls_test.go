@@ -75,10 +75,12 @@ func maxWait(runs []tlsRun) time.Duration {
 	return d
 }
 
-// checkTLSSpans checks the spans of n streams in mode on port: exact chunk
-// counts and a TTFT between minTTFT and what the clients waited.
-func checkTLSSpans(t *testing.T, s *tlsReceiver, n int, mode string, port int, chunks int64, minTTFT, maxTTFT time.Duration) {
+// checkTLSSpans checks the spans of n streams in mode on port: chunk
+// counts from chunks to chunks+slack (slack 0: exact) and a TTFT between
+// minTTFT and what the clients waited. It returns the spans' chunks.
+func checkTLSSpans(t *testing.T, s *tlsReceiver, n int, mode string, port int, chunks, slack int64, minTTFT, maxTTFT time.Duration) int64 {
 	t.Helper()
+	var total int64
 	require.Equal(t, n, s.traces.SpanCount())
 	for _, td := range s.traces.AllTraces() {
 		rs := td.ResourceSpans()
@@ -90,7 +92,9 @@ func checkTLSSpans(t *testing.T, s *tlsReceiver, n int, mode string, port int, c
 				require.Equal(t, ptrace.SpanKindServer, sp.Kind())
 				require.Equal(t, mode, a["tokenwire.stream.mode"])
 				require.EqualValues(t, port, a["server.port"])
-				require.EqualValues(t, chunks, a["tokenwire.stream.chunks"], "span %s", sp.Name())
+				got := a["tokenwire.stream.chunks"].(int64)
+				require.True(t, got >= chunks && got <= chunks+slack, "span %s: %d chunks, want %d to %d", sp.Name(), got, chunks, chunks+slack)
+				total += got
 				if mode == "tls" {
 					require.Equal(t, "POST /v1/chat/completions", sp.Name())
 					require.Equal(t, "llama-3-8b", a["gen_ai.request.model"])
@@ -105,10 +109,11 @@ func checkTLSSpans(t *testing.T, s *tlsReceiver, n int, mode string, port int, c
 			}
 		}
 	}
+	return total
 }
 
-// checkTLSMetrics checks the last emission: n streams of chunks each in
-// one series of mode on port, TTFT between minTTFT and maxTTFT.
+// checkTLSMetrics checks the last emission: n streams of chunks chunks
+// in all in one series of mode on port, TTFT between minTTFT and maxTTFT.
 func checkTLSMetrics(t *testing.T, s *tlsReceiver, want map[string]any, n int, chunks int64, minTTFT, maxTTFT time.Duration) {
 	t.Helper()
 	md := lastEmission(s.metrics)
@@ -119,7 +124,7 @@ func checkTLSMetrics(t *testing.T, s *tlsReceiver, want map[string]any, n int, c
 	}
 	got, points := sumValue(md, "tokenwire.stream.chunks", want)
 	require.Equal(t, 1, points)
-	require.EqualValues(t, int64(n)*chunks, got)
+	require.EqualValues(t, chunks, got)
 	// No other stream anywhere: the handshakes made none.
 	all, _ := histogramCount(md, "gen_ai.server.time_to_first_token", map[string]any{})
 	require.EqualValues(t, n, all)
@@ -182,10 +187,10 @@ func TestTLSStreamsReadAsPlaintext(t *testing.T) {
 
 			wait := maxWait(runs)
 			t.Logf("clients waited at most %v for the first event", wait)
-			checkTLSSpans(t, s, len(runs), "tls", srv.port, tlsEvents, tlsThink, wait)
+			chunks := checkTLSSpans(t, s, len(runs), "tls", srv.port, tlsEvents, 0, tlsThink, wait)
 			want := map[string]any{"server.port": int64(srv.port), "http.request.method": "POST", "http.route": "/v1/chat/completions",
 				"gen_ai.request.model": "llama-3-8b", "tokenwire.stream.mode": "tls"}
-			checkTLSMetrics(t, s, want, len(runs), tlsEvents, tlsThink, wait)
+			checkTLSMetrics(t, s, want, len(runs), chunks, tlsThink, wait)
 
 			objs, err := base.WaitGone(10 * time.Second)
 			require.NoError(t, err)
@@ -219,9 +224,13 @@ func TestTLSStreamsOpaqueWhenNotProbed(t *testing.T) {
 	require.Empty(t, failures, "leaving a library out is no failure")
 	s.stop()
 
-	const chunks = tlsEvents + 2
+	// The head, each event, and [DONE] with the terminator, which uvicorn
+	// writes after the app's last event: on a loaded machine later than the
+	// coalescing window, a chunk of its own that opaque timing cannot tell
+	// from an event (internal/stream's opaque test tells it exactly, from
+	// the kernel's chunk times).
 	wait := maxWait(runs)
-	checkTLSSpans(t, s, len(runs), "opaque", srv.port, chunks, 0, wait)
+	chunks := checkTLSSpans(t, s, len(runs), "opaque", srv.port, tlsEvents+2, 1, 0, wait)
 	want := map[string]any{"server.port": int64(srv.port), "tokenwire.stream.mode": "opaque"}
 	checkTLSMetrics(t, s, want, len(runs), chunks, 0, wait)
 }
