@@ -241,8 +241,12 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // a ghost would end after the reset
 	ends := requireCompleted(t, rec.ends(t, n), n)
 	for _, e := range ends {
-		if e.Stats.Chunks != 3 || e.Reason != EndTerminator {
-			t.Errorf("stream %v: %d chunks, end %v; want 3 ended by [DONE]", e.ID, e.Stats.Chunks, e.Reason)
+		// [DONE] ends the stream, except when the client's FIN lands
+		// between the server's release of the socket and the report of
+		// the [DONE] write (seen once in the kernel matrix, under
+		// emulation): then the FIN ends it, with the same 3 chunks.
+		if e.Stats.Chunks != 3 || e.Reason != EndTerminator && e.Reason != EndClientClosed {
+			t.Errorf("stream %v: %d chunks, end %v; want 3 ended by [DONE] (or the client's close)", e.ID, e.Stats.Chunks, e.Reason)
 		}
 	}
 }
