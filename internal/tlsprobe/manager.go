@@ -228,6 +228,8 @@ func (m *Manager) probe(pid uint32, discovered bool) {
 		}
 		p.targets = append(p.targets, Target{PID: pid, Path: exePath(pid), Library: LibUnknown, Err: errNoTLS, Reason: ReasonNoLibrary})
 	}
+	// The kernel hears first: whoever sees the target can rely on its entry.
+	m.mark(pid, p)
 	m.mu.Lock()
 	m.procs[pid] = p
 	for _, t := range p.targets {
@@ -236,7 +238,6 @@ func (m *Manager) probe(pid uint32, discovered bool) {
 		}
 	}
 	m.mu.Unlock()
-	m.mark(pid, p)
 	for _, t := range p.targets {
 		m.report(t)
 	}
