@@ -161,9 +161,10 @@ func TestClientAndServerHandshakesAreCountedExactly(t *testing.T) {
 // segment (here the client's FIN, sent at once) are processed on two CPUs
 // at the same time, the kernel builds the child socket twice and closes
 // the one that lost the race (inet_ehash_nolisten), a SYN_RECV -> CLOSE
-// that the inet_sock_set_state tracepoint reports: tokenwire counts it as
-// a failed server handshake. Only such duplicates are dropped; any other
-// extra event still fails the test.
+// that the inet_sock_set_state tracepoint reports and the tracer passes on
+// as a failed server handshake; the aggregation does not count it
+// (handshakeagg.LostChildWindow). Only such duplicates are dropped; any
+// other extra event still fails the test.
 func withoutLostChildren(t *testing.T, servers []Event) []Event {
 	t.Helper()
 	ok := map[netip.AddrPort]bool{}

@@ -74,3 +74,70 @@ func TestReasons(t *testing.T) {
 		}
 	}
 }
+
+// A failed server handshake of a connection that also succeeded within
+// LostChildWindow, in either order, is the child socket that lost the
+// kernel's two-CPU race, not a failure; any other waits out the window
+// and counts, and Settle counts what is still held.
+func TestLostChildIsNoFailure(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	a := New()
+	a.now = func() time.Time { return clock }
+	fail := func(remote string) *handshake.Event {
+		ev := event(handshake.RoleServer, 8000, 0)
+		ev.Remote, ev.Failed = netip.MustParseAddrPort(remote), true
+		return ev
+	}
+	ok := func(remote string) *handshake.Event {
+		ev := event(handshake.RoleServer, 8000, time.Millisecond)
+		ev.Remote = netip.MustParseAddrPort(remote)
+		return ev
+	}
+	failures := func() int64 {
+		return a.Snapshot().Failures[FailureKey{Key{Role: handshake.RoleServer, Port: 8000}, Aborted}]
+	}
+	a.Add(fail("192.0.2.2:1")) // lost the race, reported first
+	a.Add(ok("192.0.2.2:1"))
+	a.Add(ok("192.0.2.2:2"))
+	a.Add(fail("192.0.2.2:2")) // lost the race, reported second
+	a.Add(fail("192.0.2.2:3")) // a real failure
+	if n := failures(); n != 0 {
+		t.Fatalf("%d failures inside the window, want 0 (held)", n)
+	}
+	clock = clock.Add(LostChildWindow)
+	if n := failures(); n != 1 {
+		t.Fatalf("%d failures after the window, want 1", n)
+	}
+	a.Add(fail("192.0.2.2:2")) // the window has passed: a failure again
+	a.Settle()
+	if n := failures(); n != 2 {
+		t.Fatalf("%d failures after Settle, want 2", n)
+	}
+	if s := a.Snapshot().Durations[Key{Role: handshake.RoleServer, Port: 8000}]; s == nil || s.Count != 2 {
+		t.Fatalf("server durations %+v, want the 2 successes", s)
+	}
+	if len(a.held) != 0 || len(a.established) != 0 {
+		t.Fatalf("held %d, remembered %d: want nothing after the window", len(a.held), len(a.established))
+	}
+}
+
+// Held and remembered connections stay bounded under a flood.
+func TestLostChildStateIsBounded(t *testing.T) {
+	a := New()
+	for i := range 3 * maxHeld {
+		ev := event(handshake.RoleServer, 8000, time.Millisecond)
+		ev.Remote = netip.AddrPortFrom(ev.Remote.Addr(), uint16(i))
+		a.Add(ev)
+		ev = event(handshake.RoleServer, 8001, 0)
+		ev.Remote, ev.Failed = netip.AddrPortFrom(ev.Remote.Addr(), uint16(i)), true
+		a.Add(ev)
+	}
+	if len(a.held) > maxHeld || len(a.established) > maxHeld {
+		t.Fatalf("held %d, remembered %d: want at most %d each", len(a.held), len(a.established), maxHeld)
+	}
+	a.Settle()
+	n := a.Snapshot().Failures[FailureKey{Key{Role: handshake.RoleServer, Port: 8001}, Aborted}]
+	if n != 3*maxHeld {
+		t.Fatalf("%d failures on port 8001, want all %d (none matches a success)", n, 3*maxHeld)
+	}
+}

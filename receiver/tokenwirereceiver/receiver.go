@@ -310,6 +310,9 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 	if flush && (r.handshakes != nil || r.streams != nil || r.xdp != nil) {
 		// Everything read so far goes out before we stop: a short-lived
 		// collector must not lose its last interval.
+		if r.hsAgg != nil {
+			r.hsAgg.Settle()
+		}
 		r.emit(ctx)
 		r.emitSpans(ctx)
 	}
