@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -9,12 +10,12 @@ import (
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 )
 
-// hookOf is the kernel hook a tokenwire program runs on, from its name
-// (tw_st_sent_btf, tw_hs_btf, ...); "" for a program the floor has no
-// empty counterpart for.
+// hookOf is the kernel hook a tokenwire or bench program runs on, from its
+// name (tw_st_sent_btf, tw_hs_btf, tw_fl_sent, tw_pt_4_tail, ...); "" for a
+// program the floor has no empty counterpart for.
 func hookOf(name string) string {
 	switch {
-	case strings.HasPrefix(name, "tw_st_sent"), name == "tw_fl_sent":
+	case strings.HasPrefix(name, "tw_st_sent"), name == "tw_fl_sent", strings.HasPrefix(name, "tw_pt_"):
 		return "sock_send_length"
 	case strings.HasPrefix(name, "tw_st_ready"), name == "tw_fl_ready":
 		return "sk_data_ready"
@@ -26,35 +27,56 @@ func hookOf(name string) string {
 	return ""
 }
 
-// floor is the empty programs, attached (tp_btf, as the collector's
-// programs are on this kernel).
-type floor struct {
-	objs  floorObjects
+// benchProgs are bench-only programs, attached (tp_btf, as the
+// collector's programs are on this kernel): the empty programs of
+// floor.bpf.c, or the write program's parts of parts.bpf.c.
+type benchProgs struct {
+	objs  io.Closer
 	progs []*ebpf.Program
 	links []link.Link
 }
 
-func attachFloor() (*floor, error) {
-	f := &floor{}
-	if err := loadFloorObjects(&f.objs, nil); err != nil {
+func attachFloor() (*benchProgs, error) {
+	var objs floorObjects
+	if err := loadFloorObjects(&objs, nil); err != nil {
 		return nil, err
 	}
-	f.progs = []*ebpf.Program{f.objs.TwFlReady, f.objs.TwFlRecv, f.objs.TwFlSent, f.objs.TwFlState}
-	for _, p := range f.progs {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
-		if err != nil {
-			f.close()
-			return nil, err
-		}
-		f.links = append(f.links, l)
-	}
-	return f, nil
+	return attachAll(&objs, objs.TwFlReady, objs.TwFlRecv, objs.TwFlSent, objs.TwFlState)
 }
 
-// stats are the floor programs' counters, identified by their IDs.
-func (f *floor) stats() ([]benchutil.ProgStat, error) {
+// attachParts attaches the write program's parts, watching port.
+func attachParts(port uint16) (*benchProgs, error) {
+	spec, err := loadParts()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["port"].Set(port); err != nil {
+		return nil, err
+	}
+	var objs partsObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, err
+	}
+	return attachAll(&objs, objs.TwPt0Empty, objs.TwPt1Port, objs.TwPt2State, objs.TwPt3Args, objs.TwPt4Tail)
+}
+
+func attachAll(objs io.Closer, progs ...*ebpf.Program) (*benchProgs, error) {
+	b := &benchProgs{objs: objs, progs: progs}
+	for _, p := range progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		b.links = append(b.links, l)
+	}
+	return b, nil
+}
+
+// stats are the programs' counters, identified by their IDs.
+func (b *benchProgs) stats() ([]benchutil.ProgStat, error) {
 	var out []benchutil.ProgStat
-	for _, p := range f.progs {
+	for _, p := range b.progs {
 		info, err := p.Info()
 		if err != nil {
 			return nil, err
@@ -69,9 +91,9 @@ func (f *floor) stats() ([]benchutil.ProgStat, error) {
 	return out, nil
 }
 
-func (f *floor) close() {
-	for _, l := range f.links {
+func (b *benchProgs) close() {
+	for _, l := range b.links {
 		l.Close()
 	}
-	f.objs.Close()
+	b.objs.Close()
 }

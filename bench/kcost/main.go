@@ -3,8 +3,9 @@
 // collector's file descriptors: never another process's programs), with
 // the collector running the default pipeline (config.yaml, stream tracking
 // on the benchmark server's port), against empty programs on the same
-// hooks (bench-only, bpf/floor.bpf.c) measured in the same run under the
-// same load. Rounds alternate tokenwire and the floor, each load in each
+// hooks (bench-only, floor.bpf.c) measured in the same run under the
+// same load, and the write program taken apart into cumulative steps
+// (parts.bpf.c). Rounds alternate tokenwire and the floor, each load in each
 // round, orders rotating.
 //
 // Loads:
@@ -193,8 +194,9 @@ const noTLS = `receivers:
 `
 
 // measure runs one load with tokenwire's collector (mode tokenwire;
-// nodetails without response details; notls without the TLS uprobes) or
-// with the floor programs attached, and returns each program's runs and
+// nodetails without response details; notls without the TLS uprobes), with
+// the floor programs attached (floor) or the write program's parts
+// (parts), and returns each program's runs and
 // run time over the load.
 func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
 	var before func() (map[uint32]benchutil.ProgStat, error)
@@ -207,8 +209,12 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		}
 		defer p.Stop()
 		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(benchutil.Programs(p.Pid())) }
-	case "floor":
-		f, err := attachFloor()
+	case "floor", "parts":
+		attach := attachFloor
+		if mode == "parts" {
+			attach = func() (*benchProgs, error) { return attachParts(uint16(l.port)) }
+		}
+		f, err := attach()
 		if err != nil {
 			return nil, err
 		}

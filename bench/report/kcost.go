@@ -156,6 +156,7 @@ func kcostSection(d *doc) error {
 		d.target(fmt.Sprintf("all tokenwire programs at most 250 ns per delivered chunk, %s load (empty programs on the same hooks: %s ns)", l, floors[l].f(0)),
 			totals[l].f(0)+" ns", atMost(totals[l], 250)+floorNote(floors[l]), "1")
 	}
+	writeParts(d, data)
 	detailsCost(d, data)
 	tlsCost(d, data, meta.Params["tls"])
 	if tw, tws := data[[2]string{"dense", "tokenwire"}], data[[2]string{"sparse", "tokenwire"}]; len(tw) > 0 && len(tws) > 0 {
@@ -206,4 +207,62 @@ func detailsCost(d *doc, data map[[2]string][]kround) {
 		d.target(fmt.Sprintf("GenAI response details add at most 100 ns per chunk, %s load", l), added.f(0)+" ns", v, "1")
 	}
 	d.p("\n")
+}
+
+// partSteps are the programs of bench/kcost/parts.bpf.c, each one step
+// more of the write program than the one before, and what that step adds.
+var partSteps = []struct{ prog, adds string }{
+	{"tw_pt_0_empty", "the hook itself (empty program)"},
+	{"tw_pt_1_port", "the socket's port against the watched one"},
+	{"tw_pt_2_state", "the socket's local storage, a clock read, two updates"},
+	{"tw_pt_3_args", "the syscall's arguments (its saved registers)"},
+	{"tw_pt_4_tail", "the write's last 16 bytes, read from user memory"},
+}
+
+// writeParts takes the write program apart: the parts' programs run in
+// rounds of their own (mode parts), all on sock_send_length at once; the
+// real program's time comes from the tokenwire rounds, paired by round.
+func writeParts(d *doc, data map[[2]string][]kround) {
+	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, one program per step, all attached at once on `sock_send_length` in rounds of their own under the same loads (net ns per run; *added* is the step's own cost, the difference from the step above, per round). The last row is tokenwire's write program from its own rounds, paired by round with the last step: what classifying and accounting the write adds.\n\n")
+	d.p("| step | adds | dense: ns per run | dense: added | sparse: ns per run | sparse: added |\n| --- | --- | --- | --- | --- | --- |\n")
+	row := func(name, adds string, cell func(l string) (string, string)) {
+		dr, da := cell("dense")
+		sr, sa := cell("sparse")
+		d.p("| %s | %s | %s | %s | %s | %s |\n", name, adds, dr, da, sr, sa)
+	}
+	for i, st := range partSteps {
+		row(st.prog, st.adds, func(l string) (string, string) {
+			pt := data[[2]string{l, "parts"}]
+			per := each(pt, func(r kround) float64 { return hookNsPerRun(r, st.prog) })
+			if i == 0 {
+				return per.f(0), ""
+			}
+			prev := partSteps[i-1].prog
+			return per.f(0), each(pt, func(r kround) float64 { return hookNsPerRun(r, st.prog) - hookNsPerRun(r, prev) }).f(0)
+		})
+	}
+	row("tokenwire's write program", "classification (stream_peek.h) and accounting (stream_write.h)", func(l string) (string, string) {
+		tw, pt := data[[2]string{l, "tokenwire"}], data[[2]string{l, "parts"}]
+		p := writeProg(tw)
+		if p == "" {
+			return "n/a", "n/a"
+		}
+		last := partSteps[len(partSteps)-1].prog
+		return each(tw, func(r kround) float64 { return hookNsPerRun(r, p) }).f(0),
+			byRound(tw, pt, func(x, y kround) float64 { return hookNsPerRun(x, p) - hookNsPerRun(y, last) }).f(0)
+	})
+	d.p("\n")
+}
+
+// writeProg is the tokenwire program on sock_send_length.
+func writeProg(rs []kround) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	for p, h := range rs[0].hook {
+		if h == "sock_send_length" {
+			return p
+		}
+	}
+	return ""
 }

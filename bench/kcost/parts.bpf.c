@@ -1,0 +1,108 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The write program's parts, each program one step more of what the
+ * stream probe does on sock_send_length for a body write, all attached at
+ * once (make bench): the differences between neighbours are what each part
+ * costs. Never loaded by the receiver.
+ *
+ *   tw_pt_0_empty   nothing: the hook's own cost
+ *   tw_pt_1_port    + the socket's port against the watched one
+ *   tw_pt_2_state   + the socket's local storage, a clock read, two updates
+ *   tw_pt_3_args    + the syscall's arguments (its saved registers)
+ *   tw_pt_4_tail    + the write's last 16 bytes read from user memory
+ *
+ * What the real program does beyond tw_pt_4_tail is classification and
+ * accounting (stream_peek.h, stream_write.h). */
+#include "vmlinux.h"
+#include "bpf_helpers.h"
+#include "bpf_core_read.h"
+#include "bpf_tracing.h"
+#include "syscall_io.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The load's server port, set before load. */
+const volatile __u16 port = 0;
+
+struct part_state {
+	__u64 last_ns;
+	__u64 writes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct part_state);
+} tw_pt_sk SEC(".maps");
+
+static __always_inline int watched(const struct sock *sk)
+{
+	return sk->__sk_common.skc_num == port;
+}
+
+static __always_inline int state(struct sock *sk)
+{
+	struct part_state *st = bpf_sk_storage_get(&tw_pt_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return -1;
+	st->last_ns = bpf_ktime_get_ns();
+	st->writes++;
+	return 0;
+}
+
+/* tail reads the last 16 bytes of a write of ret bytes from its buffer
+ * (write, sendto) or from its last buffer (writev, sendmsg). */
+static __always_inline int tail(const struct syscall_args *a, int ret)
+{
+	char t[16];
+	const char *end;
+	if (a->nr == NR_WRITE || a->nr == NR_SENDTO) {
+		end = (const char *)a->arg1 + ret;
+	} else {
+		struct user_io io;
+		if (syscall_io_of(a, &io) || io.nr == 0)
+			return -1;
+		__u32 last = (io.nr - 1) & (MAX_IOV - 1);
+		end = (const char *)io.iov[last].iov_base + io.iov[last].iov_len;
+	}
+	return bpf_probe_read_user(t, sizeof(t), end - 16) ? -1 : t[15];
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0_empty) { return 0; }
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_1_port, struct sock *sk, int ret)
+{
+	return watched(sk);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_2_state, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	return state(sk);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_3_args, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk) || state(sk))
+		return 0;
+	struct syscall_args a;
+	return syscall_args(&a) ? 0 : (int)a.nr;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_4_tail, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk) || state(sk))
+		return 0;
+	struct syscall_args a;
+	if (syscall_args(&a))
+		return 0;
+	return tail(&a, ret);
+}
