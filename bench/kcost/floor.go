@@ -44,8 +44,12 @@ func attachFloor() (*benchProgs, error) {
 	return attachAll(&objs, objs.TwFlReady, objs.TwFlRecv, objs.TwFlSent, objs.TwFlState)
 }
 
-// attachParts attaches the write program's parts, watching port.
-func attachParts(port uint16) (*benchProgs, error) {
+// partSteps are the programs of parts.bpf.c, by mode.
+var partSteps = map[string]string{"step-state": "tw_pt_1_state", "step-args": "tw_pt_2_args", "step-tail": "tw_pt_3_tail"}
+
+// attachPart attaches one of the write program's parts alone, watching
+// port.
+func attachPart(prog string, port uint16) (*benchProgs, error) {
 	spec, err := loadParts()
 	if err != nil {
 		return nil, err
@@ -53,12 +57,21 @@ func attachParts(port uint16) (*benchProgs, error) {
 	if err := spec.Variables["port"].Set(port); err != nil {
 		return nil, err
 	}
-	var objs partsObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	for name := range spec.Programs {
+		if name != prog {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
 		return nil, err
 	}
-	return attachAll(&objs, objs.TwPt0Empty, objs.TwPt1Port, objs.TwPt2State, objs.TwPt3Args, objs.TwPt4Tail)
+	return attachAll(collCloser{coll}, coll.Programs[prog])
 }
+
+type collCloser struct{ *ebpf.Collection }
+
+func (c collCloser) Close() error { c.Collection.Close(); return nil }
 
 func attachAll(objs io.Closer, progs ...*ebpf.Program) (*benchProgs, error) {
 	b := &benchProgs{objs: objs, progs: progs}

@@ -112,7 +112,7 @@ func denseLoad() (*load, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: []string{"tokenwire", "nodetails", "floor", "parts"},
+	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: []string{"tokenwire", "nodetails", "floor", "step-state", "step-args", "step-tail"},
 		describe: fmt.Sprintf("Go net/http SSE server, %d concurrent streams of %d events %v apart, %d-byte events, one connection per stream",
 			*denseStreams, *denseChunks, *denseInterval, len(openAIChunk(0)))}
 	l.run = func(d time.Duration) (loadResult, error) {
@@ -165,7 +165,7 @@ func sparseLoad(tmp string, cert *teststack.TLSCert) (*load, error) {
 		return nil, err
 	}
 	l := &load{name: "sparse", port: srv.Port, serverPid: srv.Proc.Pid(), stop: func() { srv.Stop() },
-		modes: []string{"tokenwire", "nodetails", "floor", "parts"},
+		modes: []string{"tokenwire", "nodetails", "floor", "step-state", "step-args", "step-tail"},
 		describe: fmt.Sprintf("uvicorn %v + starlette (Python %v), %d openai-python-style clients on keep-alive connections, streams of %d events %v apart",
 			srv.Ready["uvicorn"], srv.Ready["python"], *sparseStreams, *sparseChunks, *sparseIntv)}
 	var clientTLS *tls.Config

@@ -4,8 +4,8 @@
 // the collector running the default pipeline (config.yaml, stream tracking
 // on the benchmark server's port), against empty programs on the same
 // hooks (bench-only, floor.bpf.c) measured in the same run under the
-// same load, and the write program taken apart into cumulative steps
-// (parts.bpf.c). Rounds alternate tokenwire and the floor, each load in each
+// same load, and the write program rebuilt in cumulative steps
+// (parts.bpf.c), each step alone on the hook in a mode of its own. Rounds alternate tokenwire and the floor, each load in each
 // round, orders rotating.
 //
 // Loads:
@@ -195,8 +195,8 @@ const noTLS = `receivers:
 
 // measure runs one load with tokenwire's collector (mode tokenwire;
 // nodetails without response details; notls without the TLS uprobes), with
-// the floor programs attached (floor) or the write program's parts
-// (parts), and returns each program's runs and
+// the floor programs attached (floor) or one of the write program's parts
+// (step-*), and returns each program's runs and
 // run time over the load.
 func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
 	var before func() (map[uint32]benchutil.ProgStat, error)
@@ -209,10 +209,10 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		}
 		defer p.Stop()
 		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(benchutil.Programs(p.Pid())) }
-	case "floor", "parts":
+	case "floor", "step-state", "step-args", "step-tail":
 		attach := attachFloor
-		if mode == "parts" {
-			attach = func() (*benchProgs, error) { return attachParts(uint16(l.port)) }
+		if prog := partSteps[mode]; prog != "" {
+			attach = func() (*benchProgs, error) { return attachPart(prog, uint16(l.port)) }
 		}
 		f, err := attach()
 		if err != nil {

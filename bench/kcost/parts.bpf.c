@@ -1,18 +1,20 @@
 //go:build ignore
 
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* The write program's parts, each program one step more of what the
- * stream probe does on sock_send_length for a body write, all attached at
- * once (make bench): the differences between neighbours are what each part
- * costs. Never loaded by the receiver.
+/* The write program's parts, rebuilt step by step: each program does one
+ * step more of what the stream probe does on sock_send_length for a body
+ * write. make bench attaches one of them at a time, alone on the hook, in
+ * rounds of its own (a program that ran first would take the cold cache
+ * misses of all of them): the differences between neighbours, with the
+ * empty program of floor.bpf.c below the first, are what each step costs.
+ * Never loaded by the receiver.
  *
- *   tw_pt_0_empty   nothing: the hook's own cost
- *   tw_pt_1_port    + the socket's port against the watched one
- *   tw_pt_2_state   + the socket's local storage, a clock read, two updates
- *   tw_pt_3_args    + the syscall's arguments (its saved registers)
- *   tw_pt_4_tail    + the write's last 16 bytes read from user memory
+ *   tw_pt_1_state   the socket's port against the watched one, the
+ *                   socket's local storage, a clock read, two updates
+ *   tw_pt_2_args    + the syscall's arguments (its saved registers)
+ *   tw_pt_3_tail    + the write's last 16 bytes read from user memory
  *
- * What the real program does beyond tw_pt_4_tail is classification and
+ * What the real program does beyond tw_pt_3_tail is classification and
  * accounting (stream_peek.h, stream_write.h). */
 #include "vmlinux.h"
 #include "bpf_helpers.h"
@@ -71,16 +73,7 @@ static __always_inline int tail(const struct syscall_args *a, int ret)
 }
 
 SEC("tp_btf/sock_send_length")
-int BPF_PROG(tw_pt_0_empty) { return 0; }
-
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(tw_pt_1_port, struct sock *sk, int ret)
-{
-	return watched(sk);
-}
-
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(tw_pt_2_state, struct sock *sk, int ret)
+int BPF_PROG(tw_pt_1_state, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk))
 		return 0;
@@ -88,7 +81,7 @@ int BPF_PROG(tw_pt_2_state, struct sock *sk, int ret)
 }
 
 SEC("tp_btf/sock_send_length")
-int BPF_PROG(tw_pt_3_args, struct sock *sk, int ret)
+int BPF_PROG(tw_pt_2_args, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk) || state(sk))
 		return 0;
@@ -97,7 +90,7 @@ int BPF_PROG(tw_pt_3_args, struct sock *sk, int ret)
 }
 
 SEC("tp_btf/sock_send_length")
-int BPF_PROG(tw_pt_4_tail, struct sock *sk, int ret)
+int BPF_PROG(tw_pt_3_tail, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk) || state(sk))
 		return 0;

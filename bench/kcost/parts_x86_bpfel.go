@@ -24,11 +24,9 @@ type partsPartState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	partsMapTwPtSk          = "tw_pt_sk"
-	partsProgTwPt0Empty     = "tw_pt_0_empty"
-	partsProgTwPt1Port      = "tw_pt_1_port"
-	partsProgTwPt2State     = "tw_pt_2_state"
-	partsProgTwPt3Args      = "tw_pt_3_args"
-	partsProgTwPt4Tail      = "tw_pt_4_tail"
+	partsProgTwPt1State     = "tw_pt_1_state"
+	partsProgTwPt2Args      = "tw_pt_2_args"
+	partsProgTwPt3Tail      = "tw_pt_3_tail"
 	partsVarPort            = "port"
 	partsVarRegsFromBtf     = "regs_from_btf"
 	partsVarStackRegsOffset = "stack_regs_offset"
@@ -76,11 +74,9 @@ type partsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsProgramSpecs struct {
-	TwPt0Empty *ebpf.ProgramSpec `ebpf:"tw_pt_0_empty"`
-	TwPt1Port  *ebpf.ProgramSpec `ebpf:"tw_pt_1_port"`
-	TwPt2State *ebpf.ProgramSpec `ebpf:"tw_pt_2_state"`
-	TwPt3Args  *ebpf.ProgramSpec `ebpf:"tw_pt_3_args"`
-	TwPt4Tail  *ebpf.ProgramSpec `ebpf:"tw_pt_4_tail"`
+	TwPt1State *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
+	TwPt2Args  *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
+	TwPt3Tail  *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
 }
 
 // partsMapSpecs contains maps before they are loaded into the kernel.
@@ -141,20 +137,16 @@ type partsVariables struct {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsPrograms struct {
-	TwPt0Empty *ebpf.Program `ebpf:"tw_pt_0_empty"`
-	TwPt1Port  *ebpf.Program `ebpf:"tw_pt_1_port"`
-	TwPt2State *ebpf.Program `ebpf:"tw_pt_2_state"`
-	TwPt3Args  *ebpf.Program `ebpf:"tw_pt_3_args"`
-	TwPt4Tail  *ebpf.Program `ebpf:"tw_pt_4_tail"`
+	TwPt1State *ebpf.Program `ebpf:"tw_pt_1_state"`
+	TwPt2Args  *ebpf.Program `ebpf:"tw_pt_2_args"`
+	TwPt3Tail  *ebpf.Program `ebpf:"tw_pt_3_tail"`
 }
 
 func (p *partsPrograms) Close() error {
 	return _PartsClose(
-		p.TwPt0Empty,
-		p.TwPt1Port,
-		p.TwPt2State,
-		p.TwPt3Args,
-		p.TwPt4Tail,
+		p.TwPt1State,
+		p.TwPt2Args,
+		p.TwPt3Tail,
 	)
 }
 

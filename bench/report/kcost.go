@@ -209,49 +209,61 @@ func detailsCost(d *doc, data map[[2]string][]kround) {
 	d.p("\n")
 }
 
-// partSteps are the programs of bench/kcost/parts.bpf.c, each one step
-// more of the write program than the one before, and what that step adds.
-var partSteps = []struct{ prog, adds string }{
-	{"tw_pt_0_empty", "the hook itself (empty program)"},
-	{"tw_pt_1_port", "the socket's port against the watched one"},
-	{"tw_pt_2_state", "the socket's local storage, a clock read, two updates"},
-	{"tw_pt_3_args", "the syscall's arguments (its saved registers)"},
-	{"tw_pt_4_tail", "the write's last 16 bytes, read from user memory"},
+// partSteps are the modes of bench/kcost that run one step of
+// parts.bpf.c alone on sock_send_length, in order, with their program and
+// what the step adds to the one before.
+var partSteps = []struct{ mode, prog, adds string }{
+	{"floor", "tw_fl_sent", "the hook itself (the empty program)"},
+	{"step-state", "tw_pt_1_state", "the port test, the socket's local storage, a clock read, two updates"},
+	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)"},
+	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory"},
 }
 
-// writeParts takes the write program apart: the parts' programs run in
-// rounds of their own (mode parts), all on sock_send_length at once; the
-// real program's time comes from the tokenwire rounds, paired by round.
+// writeParts takes the write program apart: each step of
+// bench/kcost/parts.bpf.c ran alone on sock_send_length in its own mode,
+// in every round; tokenwire's write program comes from the tokenwire
+// rounds. Differences pair the modes by round.
 func writeParts(d *doc, data map[[2]string][]kround) {
-	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, one program per step, all attached at once on `sock_send_length` in rounds of their own under the same loads (net ns per run; *added* is the step's own cost, the difference from the step above, per round). The last row is tokenwire's write program from its own rounds, paired by round with the last step: what classifying and accounting the write adds.\n\n")
+	if len(data[[2]string{"dense", "step-tail"}]) == 0 {
+		return
+	}
+	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above, paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
 	d.p("| step | adds | dense: ns per run | dense: added | sparse: ns per run | sparse: added |\n| --- | --- | --- | --- | --- | --- |\n")
-	row := func(name, adds string, cell func(l string) (string, string)) {
-		dr, da := cell("dense")
-		sr, sa := cell("sparse")
-		d.p("| %s | %s | %s | %s | %s | %s |\n", name, adds, dr, da, sr, sa)
+	perRun := func(l, mode, prog string) ([]kround, spread) {
+		rs := data[[2]string{l, mode}]
+		return rs, each(rs, func(r kround) float64 { return hookNsPerRun(r, prog) })
 	}
-	for i, st := range partSteps {
-		row(st.prog, st.adds, func(l string) (string, string) {
-			pt := data[[2]string{l, "parts"}]
-			per := each(pt, func(r kround) float64 { return hookNsPerRun(r, st.prog) })
-			if i == 0 {
-				return per.f(0), ""
+	added := func(a []kround, pa string, b []kround, pb string) string {
+		return byRound(a, b, func(x, y kround) float64 { return hookNsPerRun(x, pa) - hookNsPerRun(y, pb) }).f(0)
+	}
+	cells := map[string][]string{}
+	for _, l := range []string{"dense", "sparse"} {
+		for i, st := range partSteps {
+			rs, per := perRun(l, st.mode, st.prog)
+			add := ""
+			if i > 0 {
+				prev := partSteps[i-1]
+				prs, _ := perRun(l, prev.mode, prev.prog)
+				add = added(rs, st.prog, prs, prev.prog)
 			}
-			prev := partSteps[i-1].prog
-			return per.f(0), each(pt, func(r kround) float64 { return hookNsPerRun(r, st.prog) - hookNsPerRun(r, prev) }).f(0)
-		})
-	}
-	row("tokenwire's write program", "classification (stream_peek.h) and accounting (stream_write.h)", func(l string) (string, string) {
-		tw, pt := data[[2]string{l, "tokenwire"}], data[[2]string{l, "parts"}]
-		p := writeProg(tw)
-		if p == "" {
-			return "n/a", "n/a"
+			cells[st.prog] = append(cells[st.prog], per.f(0), add)
 		}
-		last := partSteps[len(partSteps)-1].prog
-		return each(tw, func(r kround) float64 { return hookNsPerRun(r, p) }).f(0),
-			byRound(tw, pt, func(x, y kround) float64 { return hookNsPerRun(x, p) - hookNsPerRun(y, last) }).f(0)
-	})
-	d.p("\n")
+		tw := data[[2]string{l, "tokenwire"}]
+		last := partSteps[len(partSteps)-1]
+		lrs, _ := perRun(l, last.mode, last.prog)
+		if p := writeProg(tw); p != "" {
+			_, per := perRun(l, "tokenwire", p)
+			cells["tokenwire"] = append(cells["tokenwire"], per.f(0), added(tw, p, lrs, last.prog))
+		} else {
+			cells["tokenwire"] = append(cells["tokenwire"], "n/a", "n/a")
+		}
+	}
+	for _, st := range partSteps {
+		c := cells[st.prog]
+		d.p("| %s | %s | %s | %s | %s | %s |\n", st.prog, st.adds, c[0], c[1], c[2], c[3])
+	}
+	c := cells["tokenwire"]
+	d.p("| tokenwire's write program | classifying the write's bytes (stream_peek.h), accounting the chunk (stream_write.h) | %s | %s | %s | %s |\n\n", c[0], c[1], c[2], c[3])
 }
 
 // writeProg is the tokenwire program on sock_send_length.
