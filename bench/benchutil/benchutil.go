@@ -299,3 +299,18 @@ func RaiseNofile(need uint64) error {
 	}
 	return nil
 }
+
+// WriteStep is one step of bench/kcost's rebuild of the write program:
+// the kcost mode that runs it alone on sock_send_length, its program
+// (parts.bpf.c; the empty program of floor.bpf.c first) and what it adds
+// to the step before.
+type WriteStep struct{ Mode, Prog, Adds string }
+
+// WriteSteps are the steps in order; kcost runs them, the report reads
+// them back by mode and program.
+var WriteSteps = []WriteStep{
+	{"floor", "tw_fl_sent", "the hook itself (the empty program)"},
+	{"step-state", "tw_pt_1_state", "the port test, the socket's local storage, a clock read, two updates"},
+	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)"},
+	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory"},
+}

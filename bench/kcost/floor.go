@@ -11,7 +11,7 @@ import (
 )
 
 // hookOf is the kernel hook a tokenwire or bench program runs on, from its
-// name (tw_st_sent_btf, tw_hs_btf, tw_fl_sent, tw_pt_4_tail, ...); "" for a
+// name (tw_st_sent_btf, tw_hs_btf, tw_fl_sent, tw_pt_3_tail, ...); "" for a
 // program the floor has no empty counterpart for.
 func hookOf(name string) string {
 	switch {
@@ -43,9 +43,6 @@ func attachFloor() (*benchProgs, error) {
 	}
 	return attachAll(&objs, objs.TwFlReady, objs.TwFlRecv, objs.TwFlSent, objs.TwFlState)
 }
-
-// partSteps are the programs of parts.bpf.c, by mode.
-var partSteps = map[string]string{"step-state": "tw_pt_1_state", "step-args": "tw_pt_2_args", "step-tail": "tw_pt_3_tail"}
 
 // attachPart attaches one of the write program's parts alone, watching
 // port.

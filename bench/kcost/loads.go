@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
@@ -112,7 +113,7 @@ func denseLoad() (*load, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: []string{"tokenwire", "nodetails", "floor", "step-state", "step-args", "step-tail"},
+	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: denseSparseModes,
 		describe: fmt.Sprintf("Go net/http SSE server, %d concurrent streams of %d events %v apart, %d-byte events, one connection per stream",
 			*denseStreams, *denseChunks, *denseInterval, len(openAIChunk(0)))}
 	l.run = func(d time.Duration) (loadResult, error) {
@@ -155,6 +156,19 @@ func getStream(addr string) (int, int64, error) {
 	}
 }
 
+// denseSparseModes are the modes of the dense and sparse loads: the
+// collector with and without response details, then the write program's
+// steps (the floor first).
+var denseSparseModes = append([]string{"tokenwire", "nodetails"}, writeStepModes()...)
+
+func writeStepModes() []string {
+	var m []string
+	for _, st := range benchutil.WriteSteps {
+		m = append(m, st.Mode)
+	}
+	return m
+}
+
 // sparseLoad is uvicorn + starlette (teststack's Python server) and
 // clients that send chat completions as openai-python does; over TLS
 // (Python's ssl module, libssl) when cert is set.
@@ -165,7 +179,7 @@ func sparseLoad(tmp string, cert *teststack.TLSCert) (*load, error) {
 		return nil, err
 	}
 	l := &load{name: "sparse", port: srv.Port, serverPid: srv.Proc.Pid(), stop: func() { srv.Stop() },
-		modes: []string{"tokenwire", "nodetails", "floor", "step-state", "step-args", "step-tail"},
+		modes: denseSparseModes,
 		describe: fmt.Sprintf("uvicorn %v + starlette (Python %v), %d openai-python-style clients on keep-alive connections, streams of %d events %v apart",
 			srv.Ready["uvicorn"], srv.Ready["python"], *sparseStreams, *sparseChunks, *sparseIntv)}
 	var clientTLS *tls.Config

@@ -5,8 +5,9 @@
 // on the benchmark server's port), against empty programs on the same
 // hooks (bench-only, floor.bpf.c) measured in the same run under the
 // same load, and the write program rebuilt in cumulative steps
-// (parts.bpf.c), each step alone on the hook in a mode of its own. Rounds alternate tokenwire and the floor, each load in each
-// round, orders rotating.
+// (parts.bpf.c, benchutil.WriteSteps), each step alone on the hook in a
+// mode of its own. Rounds alternate the modes, each load in each round,
+// orders rotating.
 //
 // Loads:
 //   - dense: the Go SSE server (teststack.SSEServer), -dense-streams loops
@@ -209,10 +210,12 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		}
 		defer p.Stop()
 		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(benchutil.Programs(p.Pid())) }
-	case "floor", "step-state", "step-args", "step-tail":
+	default:
 		attach := attachFloor
-		if prog := partSteps[mode]; prog != "" {
-			attach = func() (*benchProgs, error) { return attachPart(prog, uint16(l.port)) }
+		for _, st := range benchutil.WriteSteps[1:] {
+			if st.Mode == mode {
+				attach = func() (*benchProgs, error) { return attachPart(st.Prog, uint16(l.port)) }
+			}
 		}
 		f, err := attach()
 		if err != nil {

@@ -209,16 +209,6 @@ func detailsCost(d *doc, data map[[2]string][]kround) {
 	d.p("\n")
 }
 
-// partSteps are the modes of bench/kcost that run one step of
-// parts.bpf.c alone on sock_send_length, in order, with their program and
-// what the step adds to the one before.
-var partSteps = []struct{ mode, prog, adds string }{
-	{"floor", "tw_fl_sent", "the hook itself (the empty program)"},
-	{"step-state", "tw_pt_1_state", "the port test, the socket's local storage, a clock read, two updates"},
-	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)"},
-	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory"},
-}
-
 // writeParts takes the write program apart: each step of
 // bench/kcost/parts.bpf.c ran alone on sock_send_length in its own mode,
 // in every round; tokenwire's write program comes from the tokenwire
@@ -238,29 +228,29 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	}
 	cells := map[string][]string{}
 	for _, l := range []string{"dense", "sparse"} {
-		for i, st := range partSteps {
-			rs, per := perRun(l, st.mode, st.prog)
+		for i, st := range benchutil.WriteSteps {
+			rs, per := perRun(l, st.Mode, st.Prog)
 			add := ""
 			if i > 0 {
-				prev := partSteps[i-1]
-				prs, _ := perRun(l, prev.mode, prev.prog)
-				add = added(rs, st.prog, prs, prev.prog)
+				prev := benchutil.WriteSteps[i-1]
+				prs, _ := perRun(l, prev.Mode, prev.Prog)
+				add = added(rs, st.Prog, prs, prev.Prog)
 			}
-			cells[st.prog] = append(cells[st.prog], per.f(0), add)
+			cells[st.Prog] = append(cells[st.Prog], per.f(0), add)
 		}
 		tw := data[[2]string{l, "tokenwire"}]
-		last := partSteps[len(partSteps)-1]
-		lrs, _ := perRun(l, last.mode, last.prog)
+		last := benchutil.WriteSteps[len(benchutil.WriteSteps)-1]
+		lrs, _ := perRun(l, last.Mode, last.Prog)
 		if p := writeProg(tw); p != "" {
 			_, per := perRun(l, "tokenwire", p)
-			cells["tokenwire"] = append(cells["tokenwire"], per.f(0), added(tw, p, lrs, last.prog))
+			cells["tokenwire"] = append(cells["tokenwire"], per.f(0), added(tw, p, lrs, last.Prog))
 		} else {
 			cells["tokenwire"] = append(cells["tokenwire"], "n/a", "n/a")
 		}
 	}
-	for _, st := range partSteps {
-		c := cells[st.prog]
-		d.p("| %s | %s | %s | %s | %s | %s |\n", st.prog, st.adds, c[0], c[1], c[2], c[3])
+	for _, st := range benchutil.WriteSteps {
+		c := cells[st.Prog]
+		d.p("| %s | %s | %s | %s | %s | %s |\n", st.Prog, st.Adds, c[0], c[1], c[2], c[3])
 	}
 	c := cells["tokenwire"]
 	d.p("| tokenwire's write program | classifying the write's bytes (stream_peek.h), accounting the chunk (stream_write.h) | %s | %s | %s | %s |\n\n", c[0], c[1], c[2], c[3])
