@@ -26,8 +26,10 @@ struct stream_state {
 	__u8 resp_flags; /* enum tw_response_flag of this response */
 	__u8 ended_by_terminator; /* IDLE after a chunked response's end */
 	__u8 tls;                 /* TLS_* (stream_tls.h): 0 on a plaintext connection */
-	__u32 seq;
-	__u32 fin_seq; /* the socket's write_seq when fin_ts was set */
+	/* The client's FIN came while a syscall held the socket (on_state):
+	 * the stream ends at this time once the write that may have been in
+	 * progress has reported. 0: none pending. Read on every write. */
+	__u64 fin_ts;
 	/* per chunk, one bucket */
 	__u32 gap_counts[TW_GAP_BUCKETS];
 	/* per stream */
@@ -52,11 +54,11 @@ struct stream_state {
 	__u8 tx_app;    /* the server's current record is application data */
 	__u8 client;    /* a client connection (stream_client.h) */
 	__u8 _pad3[2];
-	/* The client's FIN came while a syscall held the socket (on_state):
-	 * the stream ends at this time once the write that may have been in
-	 * progress has reported. 0: none pending. */
-	__u64 fin_ts;
+	__u32 seq;     /* streams begun on this connection */
+	__u32 fin_seq; /* the socket's write_seq when fin_ts was set */
 };
+_Static_assert(__builtin_offsetof(struct stream_state, gap_counts) == 64,
+	       "the fields every write touches fill one cache line");
 
 /* Server ports to watch. Up to MAX_RO_PORTS sit in .rodata, read on every
  * event with no map lookup and no extra cache miss; a longer list goes to

@@ -60,8 +60,7 @@ type StreamStreamState struct {
 	RespFlags         uint8
 	EndedByTerminator uint8
 	Tls               uint8
-	Seq               uint32
-	FinSeq            uint32
+	FinTs             uint64
 	GapCounts         [17]uint32
 	_                 [4]byte
 	ReqTs             uint64
@@ -83,7 +82,8 @@ type StreamStreamState struct {
 	TxApp             uint8
 	Client            uint8
 	Pad3              [2]uint8
-	FinTs             uint64
+	Seq               uint32
+	FinSeq            uint32
 }
 
 type StreamStreamStats struct {

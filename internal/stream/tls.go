@@ -34,6 +34,9 @@ type TLSConfig struct {
 	// Clients, when set, names the client processes to probe as the
 	// /proc scan finds them (tlsprobe.Config.Clients).
 	Clients func(pid uint32) bool
+	// SystemWide are files probed for every process that maps them
+	// (tlsprobe.Config.SystemWide).
+	SystemWide []string
 }
 
 // DefaultTLSScanInterval is TLSConfig.ScanInterval's default.
@@ -83,6 +86,7 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 		Select:       cfg.TLS.Select,
 		Kinds:        cfg.TLS.Kinds,
 		Clients:      cfg.TLS.Clients,
+		SystemWide:   cfg.TLS.SystemWide,
 	})
 	t.tls.manager = m
 	if err != nil {

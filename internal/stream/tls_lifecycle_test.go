@@ -32,9 +32,12 @@ func leftovers(t *testing.T, base *bpftest.Baseline, perf int, events string) {
 
 // Twenty tracers in a row attach uprobes to a running TLS server, see a
 // stream now and then, and close: nothing of theirs stays, and the server
-// is none the worse.
+// is none the worse. Every other one probes the shared libssl for every
+// process instead (streams.tls.system_wide): the server is then read
+// through those uprobes, with none of its own.
 func TestTLSUprobesLeaveNothingBehind(t *testing.T) {
 	bpftest.Require(t)
+	lib := teststack.RequireSharedLibSSL(t)
 	cert := teststack.MakeTLSCert(t)
 	srv := teststack.ServeStack(t, teststack.StackStarlette, teststack.StackOptions{Events: 2, TLS: cert})
 	base, err := bpftest.NewBaseline()
@@ -52,12 +55,19 @@ func TestTLSUprobesLeaveNothingBehind(t *testing.T) {
 		}
 	}
 	for i := range 20 {
-		tr, err := Open(tlsTestConfig(t, true, uint16(srv.Port)))
+		cfg := tlsTestConfig(t, true, uint16(srv.Port))
+		wide := i%2 == 1
+		if wide {
+			cfg.TLS.SystemWide = []string{lib}
+		}
+		tr, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitProbed(t, tr, srv.Proc.Pid())
-		if i%5 == 0 {
+		if tg := waitProbed(t, tr, srv.Proc.Pid()); tg.SystemWide != wide {
+			t.Fatalf("cycle %d: system-wide %v, but the server's target is %+v", i, wide, tg)
+		}
+		if i%5 == 0 || i == 19 {
 			curl()
 		}
 		if err := tr.Close(); err != nil {

@@ -93,7 +93,9 @@ func reportsOf(t *testing.T, srv *teststack.StackServer, n int) []teststack.Repo
 // The Python (OpenSSL 3 as a shared library, memory BIOs) and Node
 // (OpenSSL linked into node) servers, read as plaintext: every stream as
 // a plaintext one would be, with curl, Node and Go clients. The Python
-// server runs before the probe starts, the Node one starts after.
+// server runs before the probe starts, the Node one starts after; a
+// second Python server, started after, is read through the shared libssl
+// probed for every process (streams.tls.system_wide).
 func TestTLSStacksReadAsPlaintext(t *testing.T) {
 	bpftest.Require(t)
 	cert := teststack.MakeTLSCert(t)
@@ -101,11 +103,17 @@ func TestTLSStacksReadAsPlaintext(t *testing.T) {
 		stack   teststack.Stack
 		before  bool
 		clients []string
+		wide    bool
 	}{
-		{teststack.StackStarlette, true, []string{"curl", "go"}},
-		{teststack.StackNodeHTTP, false, []string{"node", "curl"}},
+		{teststack.StackStarlette, true, []string{"curl", "go"}, false},
+		{teststack.StackNodeHTTP, false, []string{"node", "curl"}, false},
+		{teststack.StackStarlette, false, []string{"go", "curl"}, true},
 	} {
-		t.Run(string(tc.stack), func(t *testing.T) {
+		name := string(tc.stack)
+		if tc.wide {
+			name += "/system_wide"
+		}
+		t.Run(name, func(t *testing.T) {
 			opts := tlsStackOptions(cert)
 			var srv *teststack.StackServer
 			if tc.before {
@@ -114,12 +122,19 @@ func TestTLSStacksReadAsPlaintext(t *testing.T) {
 			} else {
 				opts.Port = freePort(t)
 			}
-			tr, rec := traceTLS(t, true, uint16(opts.Port))
+			cfg := tlsTestConfig(t, true, uint16(opts.Port))
+			if tc.wide {
+				cfg.TLS.SystemWide = []string{teststack.RequireSharedLibSSL(t)}
+			}
+			tr, rec := traceTLSWith(t, cfg)
 			if !tc.before {
 				srv = teststack.ServeStack(t, tc.stack, opts)
 			}
 			tg := waitProbed(t, tr, srv.Proc.Pid())
 			t.Logf("probed: %+v", tg)
+			if tg.SystemWide != tc.wide {
+				t.Fatalf("system-wide %v, but the server's target is %+v", tc.wide, tg)
+			}
 
 			runs := stackClients(t, srv, cert, tc.clients...)
 			streams, ends := endsOf(t, rec, len(runs))

@@ -1,9 +1,11 @@
 package teststack
 
 import (
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -150,4 +152,55 @@ func findTool(env, def string) (string, error) {
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
+}
+
+// RequireOpenSSLFile returns the file holding the OpenSSL API that the
+// stack's interpreter calls: the executable itself when OpenSSL is linked
+// into it (the nodejs package's node), else the shared libssl
+// (RequireSharedLibSSL: Debian's Python, node built on the shared one).
+func RequireOpenSSLFile(tb testing.TB, s Stack) string {
+	tb.Helper()
+	RequireStack(tb, s)
+	exe, err := stackTool(s)
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	var f *elf.File
+	if err == nil {
+		f, err = elf.Open(exe)
+	}
+	require(tb, "the executable of "+string(s), err)
+	defer f.Close()
+	syms, _ := f.DynamicSymbols()
+	for _, sym := range syms {
+		if sym.Name == "SSL_write" && sym.Section != elf.SHN_UNDEF && sym.Value != 0 {
+			return exe
+		}
+	}
+	return RequireSharedLibSSL(tb)
+}
+
+// RequireSharedLibSSL returns the path of the shared libssl that curl,
+// Python's ssl module and Debian's node load (as the dynamic linker
+// resolves it for curl), skipping or failing the test as RequireStack does
+// when there is none.
+func RequireSharedLibSSL(tb testing.TB) string {
+	tb.Helper()
+	curl := RequireTool(tb, "curl")
+	out, err := exec.Command("ldd", curl).Output()
+	if err == nil {
+		err = fmt.Errorf("ldd %s: no libssl.so", curl)
+		for line := range strings.Lines(string(out)) {
+			// "\tlibssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x...)"
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), " => ")
+			if ok && strings.HasPrefix(name, "libssl.so") {
+				path, _, _ := strings.Cut(rest, " ")
+				if path, err = filepath.EvalSymlinks(path); err == nil {
+					return path
+				}
+			}
+		}
+	}
+	require(tb, "a shared libssl", err)
+	return ""
 }

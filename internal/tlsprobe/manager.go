@@ -5,6 +5,13 @@
 // and write functions for that process only, and detaches them when the
 // process exits or the Manager closes.
 //
+// Files listed in Config.SystemWide are probed once for every process
+// that maps them, from Start: a process's calls are then read from its
+// first, even one that makes a single call and exits before a scan or the
+// kernel's word could reach it (a curl run). Every process using such a
+// file pays the uprobes' traps on each of its TLS calls; the programs
+// return at once in the processes no watched connection led to.
+//
 // Processes are found two ways: a scan of /proc at Start and every
 // ScanInterval (sockets listening on a watched port, in every network
 // namespace, and the processes holding them; and client processes
@@ -35,12 +42,16 @@ type Target struct {
 	Path    string // as the process names it
 	Library Library
 	Version string // Go: the toolchain that built it
-	// Probed: its uprobes are attached. Otherwise Err says why not,
+	// Probed: its uprobes are attached (by SystemWide, when the file is
+	// probed for every process). Otherwise Err says why not,
 	// Reason sums it up, and the process's TLS streams are timed from
 	// record headers (opaque).
 	Probed bool
-	Err    error
-	Reason Reason
+	// SystemWide: probed by Config.SystemWide's uprobes, not its own. A
+	// Target with PID 0 is one of those files itself.
+	SystemWide bool
+	Err        error
+	Reason     Reason
 }
 
 // Config says which processes to probe and with what.
@@ -75,6 +86,11 @@ type Config struct {
 	// TLS connection, which is then read in full (the kernel's word comes
 	// with that connection's ClientHello, too late for its first call).
 	Clients func(pid uint32) bool
+	// SystemWide are files (a shared libssl, an executable with OpenSSL
+	// or Go's crypto/tls in it) probed at Start for every process that
+	// maps them, whatever its selection: processes the selection does
+	// not reach pay the uprobes' traps but are not read.
+	SystemWide []string
 }
 
 // Manager attaches and detaches the TLS uprobes as processes come and go.
@@ -97,6 +113,8 @@ type Manager struct {
 	kinds    map[Kind]bool
 	seen     map[uint32]uint64 // pid -> start time: looked into already
 	reported map[string]bool
+	wide     []systemWide      // Config.SystemWide's files
+	covered  map[inode]Library // those of them probed
 }
 
 // process is a process with TLS on a watched port.
@@ -117,7 +135,7 @@ func Start(cfg Config) (*Manager, error) {
 		cfg: cfg, ports: map[uint16]bool{}, discover: make(chan uint32, 64),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		procs: map[uint32]*process{}, seen: map[uint32]uint64{}, reported: map[string]bool{},
-		failures: map[Failure]uint64{}, kinds: map[Kind]bool{},
+		failures: map[Failure]uint64{}, kinds: map[Kind]bool{}, covered: map[inode]Library{},
 	}
 	if cfg.Kinds == nil {
 		cfg.Kinds = Kinds
@@ -128,6 +146,7 @@ func Start(cfg Config) (*Manager, error) {
 	for _, p := range cfg.Ports {
 		m.ports[p] = true
 	}
+	m.attachSystemWide() // first: the scan's processes need not be probed one by one
 	err := m.scan()
 	go m.run()
 	return m, err
@@ -189,6 +208,7 @@ func (m *Manager) scan() error {
 	for _, pid := range found {
 		m.probe(pid, false)
 	}
+	m.reconcile(alive)
 	if m.cfg.Clients != nil {
 		for _, pid := range all {
 			if m.procs[pid] == nil && m.cfg.Clients(pid) {
@@ -204,7 +224,10 @@ func (m *Manager) scan() error {
 func (m *Manager) probe(pid uint32, discovered bool) {
 	start, err := startTime(pid)
 	if err != nil {
-		return // gone already
+		if discovered {
+			_ = m.cfg.Procs.Delete(pid) // gone already: its pid's next process is not it
+		}
+		return
 	}
 	m.seen[pid] = start
 	if p := m.procs[pid]; p != nil && p.start == start {
@@ -248,7 +271,15 @@ func (m *Manager) probe(pid uint32, discovered bool) {
 func (m *Manager) probeTargets(pid uint32, p *process) []Target {
 	var out []Target
 	for _, t := range m.targetsOf(pid) {
+		if t.Err == nil && t.plan != nil && m.coveredBy(t.file) {
+			t.Probed, t.SystemWide = true, true
+			out = append(out, t.Target)
+			continue
+		}
 		if t.Err == nil && t.plan != nil {
+			// Seen, until marked: the uprobes may fire before (tls_proc_reads
+			// reads the calls of known processes only).
+			_ = m.cfg.Procs.Update(pid, bpf.StreamTwTlsProc{State: uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_SEEN)}, ebpf.UpdateNoExist)
 			if t.Err = m.loadPrograms(); t.Err != nil {
 				t.Reason = ReasonLoad
 			}
@@ -336,11 +367,14 @@ func (m *Manager) drop(pid uint32) error {
 }
 
 // Targets returns what is probed, or found unprobeable, in the processes
-// that are running.
+// that are running, and the files probed for every process (PID 0).
 func (m *Manager) Targets() []Target {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Target
+	for _, w := range m.wide {
+		out = append(out, w.target)
+	}
 	for _, p := range m.procs {
 		out = append(out, p.targets...)
 	}
@@ -377,6 +411,9 @@ func (m *Manager) Close() error {
 		wg.Wait()
 		close(errs)
 		var all []error
+		for _, w := range m.wide {
+			all = append(all, closeAll(w.links, m.cfg.Multi))
+		}
 		for err := range errs {
 			all = append(all, err)
 		}

@@ -166,13 +166,14 @@ func TestCurlClientCallsAndSelection(t *testing.T) {
 // Python's http.client on one connection.
 type scriptClient struct {
 	name, comm string // comm: as the kernel selects it (python3, where the executable is python3.11)
+	stack      teststack.Stack // whose interpreter runs it
 	require    func(testing.TB)
 	run        func(ctx context.Context, url, caFile string, requests int, body string) ([]teststack.NodeResult, error)
 }
 
 var scriptClients = []scriptClient{
-	{"node", "node", func(tb testing.TB) { teststack.RequireStack(tb, teststack.StackNodeHTTP) }, teststack.NodeClient},
-	{"python", "python3", func(tb testing.TB) { teststack.RequireTool(tb, "python3") }, teststack.PythonClient},
+	{"node", "node", teststack.StackNodeHTTP, func(tb testing.TB) { teststack.RequireStack(tb, teststack.StackNodeHTTP) }, teststack.NodeClient},
+	{"python", "python3", teststack.StackStarlette, func(tb testing.TB) { teststack.RequireTool(tb, "python3") }, teststack.PythonClient},
 }
 
 // TestScriptClientCalls: each script client, selected by process name,

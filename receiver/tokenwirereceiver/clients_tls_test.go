@@ -1,15 +1,18 @@
 package tokenwirereceiver
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/genai"
@@ -78,31 +81,40 @@ func TestGoTLSClientCalls(t *testing.T) {
 // TestScriptTLSClientCalls: a client script making calls one after
 // another on one keep-alive connection over TLS: Node's https module
 // (OpenSSL, memory BIOs) and Python's http.client with ssl (the shared
-// libssl, its socket BIO: the socket written inside SSL_write).
+// libssl, its socket BIO: the socket written inside SSL_write). Three
+// ways its library comes to be probed:
 //
-// At its first call: the connection began before the process was probed
-// (its ClientHello is what reports the process), so its first call is not
-// read, and every call read after the probe attached is exact. Probed by
-// the scan (the script selected by name waits before it connects): every
-// call is read. Node writes its socket after its write call returned, so
-// the first call read on a connection may be timed with its request not
-// read (no method, model: named "call {port}").
+//   - discovered: at its first call. The connection began before the
+//     process was probed (its ClientHello is what reports the process),
+//     so its first call is not read, and every call read after the probe
+//     attached is exact.
+//   - scanned: the scan probes it (the script selected by name waits
+//     before it connects): every call is read.
+//   - system_wide: the shared libssl is probed for every process from
+//     Start (streams.tls.system_wide): every call is read, with no wait.
+//
+// Node writes its socket after its write call returned, so the first call
+// read on a connection may be timed with its request not read (no
+// method, model: named "call {port}").
 func TestScriptTLSClientCalls(t *testing.T) {
 	bpftest.Require(t)
 	for _, c := range scriptClients {
-		for _, scanned := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/scanned=%v", c.name, scanned), func(t *testing.T) {
+		for _, how := range []string{"discovered", "scanned", "system_wide"} {
+			t.Run(c.name+"/"+how, func(t *testing.T) {
 				c.require(t)
 				cert := teststack.MakeTLSCert(t)
 				srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
 				cfg := tlsClientsConfig(srv.Port)
 				cfg.Streams.Clients.ProcessNames = []string{c.comm}
 				cfg.Streams.Clients.Pids = []int{os.Getpid()}
+				if how == "system_wide" {
+					cfg.Streams.TLS.SystemWide = []string{teststack.RequireOpenSSLFile(t, c.stack)}
+				}
 				s := startTLSReceiver(t, cfg)
 				// The uprobe programs load at the first process probed, which
 				// takes a second: this one's, before the script starts.
 				probeSelf(t, s, srv.Addr, cert)
-				if scanned {
+				if how == "scanned" {
 					t.Setenv(teststack.ClientStartDelayEnv, "600") // the scan runs every 100 ms
 				}
 
@@ -116,7 +128,7 @@ func TestScriptTLSClientCalls(t *testing.T) {
 				s.stop()
 				spans := clientSpans(t, s.traces)
 				t.Logf("%d of %d calls read", len(spans), calls)
-				if scanned {
+				if how != "discovered" {
 					require.Len(t, spans, calls)
 				}
 				require.GreaterOrEqual(t, len(spans), calls/2, "the calls after the probe attached")
@@ -134,5 +146,60 @@ func TestScriptTLSClientCalls(t *testing.T) {
 				checkScriptCalls(t, spans, res, tlsThink)
 			})
 		}
+	}
+}
+
+// TestOneShotTLSClientIsRead: curl makes one TLS call and exits, in less
+// time than a scan or its ClientHello's report could get it probed. With
+// the shared libssl probed system-wide its call is read in full: one
+// CLIENT span in mode tls with its model, every event a chunk, the time to
+// first chunk between the server's think time and curl's own wait. The
+// run is repeated, each curl a new process; the library stays probed
+// once, for every process (a target with pid 0), and no curl gets uprobes
+// of its own.
+func TestOneShotTLSClientIsRead(t *testing.T) {
+	bpftest.Require(t)
+	teststack.RequireTool(t, "curl")
+	lib := teststack.RequireSharedLibSSL(t)
+	cert := teststack.MakeTLSCert(t)
+	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+	cfg := tlsClientsConfig(srv.Port)
+	cfg.Streams.Clients.ProcessNames = []string{"curl"}
+	cfg.Streams.TLS.SystemWide = []string{lib}
+	s := startTLSReceiver(t, cfg)
+	wide := s.waitTarget(t, 0, "probed")
+	require.True(t, wide.SystemWide)
+	require.Equal(t, lib, wide.Path)
+
+	const runs = 3
+	var results []teststack.CurlResult
+	for range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := teststack.CurlWith(ctx, teststack.CurlOptions{CACert: cert.CertFile}, srv.URL+"/v1/chat/completions",
+			`{"model":"llama-3-8b","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, 200, res.Status)
+		results = append(results, res)
+	}
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= runs }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
+	for _, tg := range s.r.streams.TLSTargets() {
+		require.True(t, tg.PID == 0 || tg.SystemWide, "a target with uprobes of its own: %+v", tg)
+	}
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, runs)
+	slices.SortFunc(spans, func(a, b ptrace.Span) int { return cmp.Compare(a.StartTimestamp(), b.StartTimestamp()) })
+	for i, sp := range spans {
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, "tls", a[attrStreamMode])
+		require.Equal(t, "chat llama-3-8b", sp.Name())
+		require.EqualValues(t, srv.Port, a[genai.AttrServerPort])
+		require.EqualValues(t, tlsEvents, a["tokenwire.stream.chunks"])
+		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+		t.Logf("curl run %d: time to first chunk %v, curl's time_starttransfer %v", i, ttfc, results[i].TTFB)
+		require.GreaterOrEqual(t, ttfc, tlsThink)
+		require.LessOrEqual(t, ttfc, results[i].TTFB)
 	}
 }

@@ -47,7 +47,8 @@ func TestLoadConfig(t *testing.T) {
 					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
 					RequestCapture: 128 << 10, ResponseDetails: false, ClientAddress: false, Providers: map[string]string{"8000": "vllm"},
 					TLS: StreamsTLSConfig{Enabled: true, Libraries: []string{"libssl", "go"},
-						ExcludeProcessNames: []string{"envoy"}, ScanInterval: 30 * time.Second},
+						ExcludeProcessNames: []string{"envoy"}, ScanInterval: 30 * time.Second,
+						SystemWide: []string{"/usr/lib/x86_64-linux-gnu/libssl.so.3"}},
 					Clients: StreamsClientsConfig{Enabled: true, RemotePorts: []int{443, 11434},
 						Hosts: []string{"api.openai.com", "::1"}, ProcessNames: []string{"python3"}, Pids: []int{4321}},
 				}
@@ -192,6 +193,8 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"tls library twice", func(c *Config) { c.Streams.TLS.Libraries = []string{"go", "go"} }, `streams.tls.libraries[1]: "go" is listed twice`},
 		{"no tls library", func(c *Config) { c.Streams.TLS.Libraries = []string{} }, "streams.tls.libraries: empty list (set streams.tls.enabled: false to probe none)"},
 		{"tls exclude path", func(c *Config) { c.Streams.TLS.ExcludeProcessNames = []string{"/usr/bin/node"} }, `streams.tls.exclude_process_names[0]: "/usr/bin/node" is not an executable name`},
+		{"tls system_wide relative", func(c *Config) { c.Streams.TLS.SystemWide = []string{"libssl.so.3"} }, `streams.tls.system_wide[0]: "libssl.so.3" is not a clean absolute path`},
+		{"tls system_wide twice", func(c *Config) { c.Streams.TLS.SystemWide = []string{"/usr/bin/node", "/usr/bin/node"} }, `streams.tls.system_wide[1]: "/usr/bin/node" is listed twice`},
 		{"tls exclude empty", func(c *Config) { c.Streams.TLS.ExcludeProcessNames = []string{""} }, `streams.tls.exclude_process_names[0]: "" is not an executable name`},
 		{"provider key not a port", func(c *Config) { c.Streams.Providers = map[string]string{"vllm": "vllm"} }, `streams.providers: key "vllm" is not a port (1-65535)`},
 		{"provider port out of range", func(c *Config) { c.Streams.Providers = map[string]string{"70000": "vllm"} }, `streams.providers: key "70000" is not a port`},

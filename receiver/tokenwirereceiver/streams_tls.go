@@ -21,6 +21,8 @@ func (r *tokenwireReceiver) reportTLS(t tlsprobe.Target) {
 		fields = append(fields, zap.String("version", t.Version))
 	}
 	switch {
+	case t.Probed && t.SystemWide && t.PID == 0:
+		r.set.Logger.Info("tokenwire TLS library probed for every process that maps it (streams.tls.system_wide): each of its calls traps into the kernel, and those of selected processes are read as plaintext (mode tls)", fields...)
 	case t.Probed:
 		r.set.Logger.Info("tokenwire TLS library probed: its streams are read as plaintext (mode tls)", fields...)
 	case t.Reason == tlsprobe.ReasonExcluded:

@@ -48,6 +48,15 @@ type StreamsTLSConfig struct {
 	// exited (to detach). A process the scan has not found yet is probed
 	// at its first TLS connection, which stays opaque.
 	ScanInterval time.Duration `mapstructure:"scan_interval"`
+	// SystemWide are files (a shared libssl such as
+	// /usr/lib/x86_64-linux-gnu/libssl.so.3, an executable with OpenSSL
+	// or Go's crypto/tls in it) probed at Start for every process that
+	// maps them. A process's TLS calls are then read from its first, even
+	// a one-shot client that exits before a scan or its first connection
+	// could get it probed (a curl run). The cost: every TLS call of every
+	// process on the host using such a file traps into the kernel, read
+	// or not. Empty (the default): files are probed per selected process.
+	SystemWide []string `mapstructure:"system_wide"`
 }
 
 func defaultStreamsTLS() StreamsTLSConfig {
@@ -75,6 +84,16 @@ func (c *StreamsTLSConfig) validate() []error {
 			errs = append(errs, fmt.Errorf("streams.tls.libraries[%d]: %q is listed twice", i, l))
 		}
 		seen[l] = true
+	}
+	files := map[string]bool{}
+	for i, f := range c.SystemWide {
+		switch {
+		case !filepath.IsAbs(f) || filepath.Clean(f) != f:
+			errs = append(errs, fmt.Errorf("streams.tls.system_wide[%d]: %q is not a clean absolute path", i, f))
+		case files[f]:
+			errs = append(errs, fmt.Errorf("streams.tls.system_wide[%d]: %q is listed twice", i, f))
+		}
+		files[f] = true
 	}
 	for i, n := range c.ExcludeProcessNames {
 		if n == "" || filepath.Base(n) != n {
@@ -119,5 +138,5 @@ func (s *StreamsConfig) probe(report func(tlsprobe.Target)) stream.TLSConfig {
 		return len(pids)+len(names) == 0 || pids[pid] || names[exe] || clients(pid, exe)
 	}
 	return stream.TLSConfig{Enabled: c.Enabled, ScanInterval: c.ScanInterval, Report: report, Select: sel, Kinds: kinds,
-		Clients: s.Clients.candidates(clients)}
+		Clients: s.Clients.candidates(clients), SystemWide: c.SystemWide}
 }
