@@ -25,10 +25,12 @@
  * machine with the plaintext: a write call is the request (accounted at
  * its entry when its TLS object's socket is known, else at the socket
  * write inside it, which tells the socket, or after it: a memory BIO,
- * timed only), a read call's return a response read. The socket hooks then only tell the calls their socket,
- * and a read of 0 bytes still ends the call. A process not probed yet is
- * reported to user space once; its connection is read as plaintext from
- * the first write after its library was probed. Part of stream.bpf.c.
+ * timed only), a read call's return a response read. The socket hooks
+ * then only tell the calls their socket, and a read of 0 bytes still ends
+ * the call. A process not probed yet is reported to user space once, and
+ * its connection is readied for plaintext all the same
+ * (client_tls_begin): its calls are read from the first one its
+ * library's uprobes see. Part of stream.bpf.c.
  */
 #ifndef TOKENWIRE_STREAM_CLIENT_H
 #define TOKENWIRE_STREAM_CLIENT_H
@@ -139,6 +141,24 @@ static __always_inline void client_plain_read(const struct sock *sk, struct stre
 	account_write(sk, st, peek_plain(sk, st, buf, n), n, now);
 }
 
+/* client_tls_begin marks a client connection that began with a
+ * ClientHello as TLS, and readies it for plaintext unless its process is
+ * known to have no library the probes know: a client's TLS has no opaque
+ * mode, so nothing is lost if its process is never probed, and when it is
+ * (a file probed system-wide, or user space probing it now that it was
+ * told), the connection's calls are read from the first one probed. */
+static __always_inline void client_tls_begin(const struct sock *sk, struct stream_state *st)
+{
+	tls_begin(sk, st);
+	if (!tls_uprobes || (st->tls & TLS_PLAIN))
+		return;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
+	if (p && p->state == TW_TLS_PROC_UNPROBEABLE)
+		return;
+	tls_plain(sk, st, 0);
+}
+
 /* client_tls_sent handles a socket write of a client's TLS connection:
  * one whose process got probed since it began becomes plaintext-driven
  * now; a plaintext-driven one tells the write call in flight its socket. */
@@ -187,7 +207,7 @@ static __always_inline int client_sent(const struct sock *sk, int ret, const int
 			return 0;
 		st->client = 1;
 		if (client_tls(ret)) {
-			tls_begin(sk, st);
+			client_tls_begin(sk, st);
 			return 0;
 		}
 	}

@@ -116,11 +116,19 @@ static __always_inline void tls_discover(__u32 tgid)
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 }
 
+static __always_inline __u8 lib_flags(__u8 libs)
+{
+	return (libs & TW_TLS_LIB_OPENSSL ? TLS_C : 0) | (libs & TW_TLS_LIB_GO ? TLS_GO : 0);
+}
+
 /* tls_plain makes a TLS connection of a probed process plaintext-driven,
- * its state where the uprobes can reach it. */
+ * its state where the uprobes can reach it. libs 0: a client's, readied
+ * before its process is probed (client_tls_begin); its libraries are
+ * learnt at its first socket event after (tls_learn_libs), and it counts
+ * as read as plaintext from then. */
 static __always_inline void tls_plain(const struct sock *sk, struct stream_state *st, __u8 libs)
 {
-	__u8 tls = TLS_SEEN | TLS_PLAIN | (libs & TW_TLS_LIB_OPENSSL ? TLS_C : 0) | (libs & TW_TLS_LIB_GO ? TLS_GO : 0);
+	__u8 tls = TLS_SEEN | TLS_PLAIN | lib_flags(libs);
 	st->tls = tls;
 	if (state_in_sk) {
 		__u64 key = (__u64)sk;
@@ -132,6 +140,19 @@ static __always_inline void tls_plain(const struct sock *sk, struct stream_state
 		}
 		st->tls = tls | TLS_MOVED;
 	}
+	if (libs)
+		count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
+}
+
+/* tls_learn_libs gives a plaintext-driven connection readied before its
+ * process was probed the libraries it has been probed for since, if any. */
+static __always_inline void tls_learn_libs(struct stream_state *st)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
+	if (!p || p->state != TW_TLS_PROC_PROBED || !lib_flags(p->libs))
+		return;
+	st->tls |= lib_flags(p->libs);
 	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
 }
 
@@ -200,12 +221,17 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 /* note_call records that the current thread (and goroutine) read the
  * plaintext-driven TLS socket sk, for the read call that gets its bytes;
  * or (write, a client's connection) wrote it, for the write call in
- * flight. */
-static __always_inline void note_call(const struct sock *sk, const struct stream_state *st, const int write)
+ * flight. While its libraries are not known (a client's connection
+ * readied before its process was probed), by thread: the key of the
+ * OpenSSL API, whose memory-BIO users (Node) read the socket just before
+ * the read call that may be the first one probed. */
+static __always_inline void note_call(const struct sock *sk, struct stream_state *st, const int write)
 {
+	if (!(st->tls & (TLS_C | TLS_GO)))
+		tls_learn_libs(st);
 	__u64 id = bpf_get_current_pid_tgid();
 	struct tls_call_key key = {.tgid = id >> 32};
-	if (st->tls & TLS_C) {
+	if ((st->tls & TLS_C) || !(st->tls & TLS_GO)) {
 		key.id = id;
 		if (write)
 			client_note_write_by(&key, sk, st->gen);

@@ -185,7 +185,7 @@ func sparseLoad(tmp string, cert *teststack.TLSCert) (*load, error) {
 	var clientTLS *tls.Config
 	if cert != nil {
 		clientTLS = cert.ClientConfig()
-		l.name, l.modes = "tls", []string{"tokenwire", "notls", "floor"}
+		l.name, l.modes = "tls", []string{"tokenwire", "notls", "bystander", "floor"}
 		l.describe = "the sparse load over TLS (uvicorn's --ssl-certfile, Python's ssl module on libssl; TLS 1.3 clients): " + l.describe
 	}
 	l.run = func(d time.Duration) (loadResult, error) {

@@ -20,7 +20,9 @@
 //   - tls: the sparse load over TLS, measured with the TLS uprobes (mode
 //     tokenwire) and without them (mode notls: timed from record headers),
 //     with the server process's CPU time beside the programs' (a uprobe's
-//     trap is not in bpf stats).
+//     trap is not in bpf stats); and as a bystander (mode bystander: the
+//     shared libssl probed system-wide, the server's port not watched, so
+//     its calls trap into uprobes that do not read them).
 //
 // Per program it writes run count and run time (kernel bpf stats, turned
 // on through a BPF_ENABLE_STATS descriptor: off again when this process
@@ -194,16 +196,41 @@ const noTLS = `receivers:
         enabled: false
 `
 
+// bystander is the overlay of mode bystander: the shared libssl probed for
+// every process (streams.tls.system_wide) while the server's port is not
+// watched (port 9, where nothing listens): what system-wide uprobes cost a
+// process whose calls nobody asked to read.
+func bystander() (string, error) {
+	lib, err := teststack.SharedLibSSL()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`receivers:
+  tokenwire:
+    streams:
+      ports: [9]
+      tls:
+        system_wide: [%s]
+`, lib), nil
+}
+
 // measure runs one load with tokenwire's collector (mode tokenwire;
-// nodetails without response details; notls without the TLS uprobes), with
+// nodetails without response details; notls without the TLS uprobes;
+// bystander with system-wide ones that do not read the server), with
 // the floor programs attached (floor) or one of the write program's parts
 // (step-*), and returns each program's runs and
 // run time over the load.
 func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
 	var before func() (map[uint32]benchutil.ProgStat, error)
 	switch mode {
-	case "tokenwire", "nodetails", "notls":
+	case "tokenwire", "nodetails", "notls", "bystander":
 		coll.Overlay = map[string]string{"nodetails": noDetails, "notls": noTLS}[mode]
+		if mode == "bystander" {
+			var err error
+			if coll.Overlay, err = bystander(); err != nil {
+				return nil, err
+			}
+		}
 		p, err := coll.Start(g, l.port, false, logs)
 		if err != nil {
 			return nil, err

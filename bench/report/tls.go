@@ -43,17 +43,18 @@ func serverUsPerChunk(r kround) float64 { return r.serverCPU / r.chunks * 1e6 }
 // into the kernel (not in bpf stats).
 func tlsCost(d *doc, data map[[2]string][]kround, describe string) {
 	tw, no, fl := data[[2]string{"tls", "tokenwire"}], data[[2]string{"tls", "notls"}], data[[2]string{"tls", "floor"}]
+	by := data[[2]string{"tls", "bystander"}]
 	if len(tw) == 0 || len(no) == 0 {
 		return
 	}
 	d.p("### TLS: the uprobes on the server's TLS library\n\n")
-	d.p("Load: %s. Modes: the default collector, whose uprobes read the plaintext (mode `tls`); the same collector with `streams.tls.enabled: false` (no uprobe; streams timed from TLS record headers, mode `opaque`); the empty programs. ", describe)
+	d.p("Load: %s. Modes: the default collector, whose uprobes read the plaintext (mode `tls`); the same collector with `streams.tls.enabled: false` (no uprobe; streams timed from TLS record headers, mode `opaque`); the empty programs; and a bystander: the shared libssl probed for every process (`streams.tls.system_wide`) while the server's port is not watched, so that its calls trap into uprobes that do not read them. ", describe)
 	d.p("BPF figures are net of the idle windows; the server's CPU is its process's user+system time over the load, which includes each uprobe's trap into the kernel and back.\n\n")
 	d.p("| mode | chunks per round | TLS calls per chunk | uprobe programs: ns per call | all programs: ns per chunk | server CPU: µs per chunk |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, m := range []struct {
 		name string
 		rs   []kround
-	}{{"uprobes (default)", tw}, {"no uprobes (`tls.enabled: false`)", no}, {"empty programs", fl}} {
+	}{{"uprobes (default)", tw}, {"no uprobes (`tls.enabled: false`)", no}, {"bystander of system-wide uprobes", by}, {"empty programs", fl}} {
 		if len(m.rs) == 0 {
 			continue
 		}
@@ -72,4 +73,13 @@ func tlsCost(d *doc, data map[[2]string][]kround, describe string) {
 		bpfAdded.f(0), cpuAdded.f(1), rel.pct())
 	d.target("TLS uprobes: added BPF time per chunk (computed, no target)", bpfAdded.f(0)+" ns", "computed, no target", "1")
 	d.target("TLS uprobes: added server CPU per chunk, traps included (computed, no target)", cpuAdded.f(1)+" µs ("+rel.pct()+")", "computed, no target", "1")
+	if len(by) == 0 {
+		return
+	}
+	byCPU := byRound(by, no, func(x, y kround) float64 { return serverUsPerChunk(x) - serverUsPerChunk(y) })
+	byRel := byRound(by, no, func(x, y kround) float64 { return serverUsPerChunk(x)/serverUsPerChunk(y) - 1 })
+	byCall := each(by, func(r kround) float64 { return tlsNs(r) / max(tlsCalls(r), 1) })
+	d.p("A process that maps a system-wide file but whose calls are not read (the bystander) pays, paired by round against no uprobes: %s µs of its CPU per chunk (%s), the programs %s ns per call (they return after one map lookup); the rest is the traps.\n\n",
+		byCPU.f(1), byRel.pct(), byCall.f(0))
+	d.target("System-wide uprobes: a bystander's added CPU per chunk (computed, no target)", byCPU.f(1)+" µs ("+byRel.pct()+")", "computed, no target", "1")
 }

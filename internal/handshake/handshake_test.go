@@ -241,6 +241,13 @@ func fillAcceptQueue(t *testing.T, addr *net.TCPAddr) {
 	t.Fatal("accept queue of a backlog-1 listener never filled")
 }
 
+// TestSlowHandshakeMatchesConnectTime: a connect whose first SYN is
+// dropped (the listener's accept queue is full) and sent again about 1 s
+// later is one handshake, timed from the first SYN: over 900 ms, with the
+// retransmit counted, and inside the connect() call that made it. How much
+// shorter it is than the call is how late the kernel woke the caller
+// after ESTABLISHED, which is the machine's (milliseconds in a loaded
+// guest), not tokenwire's: logged, not asserted.
 func TestSlowHandshakeMatchesConnectTime(t *testing.T) {
 	bpftest.Require(t)
 	fd, addr := backlogListener(t)
@@ -251,32 +258,21 @@ func TestSlowHandshakeMatchesConnectTime(t *testing.T) {
 	c := collect(t, tr)
 	fillAcceptQueue(t, addr)
 
-	// The reference is the time a blocking connect() takes, read around the
-	// syscall on a locked thread. On a loaded 2-core machine the thread can
-	// wake late after ESTABLISHED, which inflates the reference and not the
-	// kernel's number, so a miss is retried (3 attempts, each logged).
-	const attempts = 3
-	for attempt := 1; ; attempt++ {
-		took, local := slowConnect(t, fd, addr)
-		got := c.waitFor(t, 1, func(e *Event) bool { return e.Role == RoleClient && e.Local.Port() == local })
-		if len(got) != 1 {
-			t.Fatalf("recorded %d handshakes for the slow connect, want 1", len(got))
-		}
-		e := got[0]
-		diff := (e.Duration - took).Abs()
-		t.Logf("attempt %d: connect() took %v, recorded %v (%v apart), SYN retransmits %d", attempt, took, e.Duration, diff, e.Retransmits)
-		if e.Duration < 900*time.Millisecond {
-			t.Fatalf("recorded duration %v, want over 900ms", e.Duration)
-		}
-		if e.Retransmits < 1 {
-			t.Fatalf("recorded %d SYN retransmits, want at least 1", e.Retransmits)
-		}
-		if diff <= 5*time.Millisecond {
-			return
-		}
-		if attempt == attempts {
-			t.Fatalf("recorded duration and connect() time more than 5ms apart in %d attempts", attempts)
-		}
+	took, local := slowConnect(t, fd, addr)
+	got := c.waitFor(t, 1, func(e *Event) bool { return e.Role == RoleClient && e.Local.Port() == local })
+	if len(got) != 1 {
+		t.Fatalf("recorded %d handshakes for the slow connect, want 1", len(got))
+	}
+	e := got[0]
+	t.Logf("connect() took %v, recorded %v (%v shorter), SYN retransmits %d", took, e.Duration, took-e.Duration, e.Retransmits)
+	if e.Duration < 900*time.Millisecond {
+		t.Errorf("recorded duration %v, want over 900ms: from the first SYN", e.Duration)
+	}
+	if e.Duration > took {
+		t.Errorf("recorded duration %v is longer than the connect() call around it (%v)", e.Duration, took)
+	}
+	if e.Retransmits < 1 {
+		t.Errorf("recorded %d SYN retransmits, want at least 1", e.Retransmits)
 	}
 }
 

@@ -186,21 +186,30 @@ func RequireOpenSSLFile(tb testing.TB, s Stack) string {
 // when there is none.
 func RequireSharedLibSSL(tb testing.TB) string {
 	tb.Helper()
-	curl := RequireTool(tb, "curl")
+	RequireTool(tb, "curl")
+	path, err := SharedLibSSL()
+	require(tb, "a shared libssl", err)
+	return path
+}
+
+// SharedLibSSL returns the path of the shared libssl that curl loads, as
+// the dynamic linker resolves it (symbolic links resolved).
+func SharedLibSSL() (string, error) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		return "", err
+	}
 	out, err := exec.Command("ldd", curl).Output()
-	if err == nil {
-		err = fmt.Errorf("ldd %s: no libssl.so", curl)
-		for line := range strings.Lines(string(out)) {
-			// "\tlibssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x...)"
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), " => ")
-			if ok && strings.HasPrefix(name, "libssl.so") {
-				path, _, _ := strings.Cut(rest, " ")
-				if path, err = filepath.EvalSymlinks(path); err == nil {
-					return path
-				}
-			}
+	if err != nil {
+		return "", fmt.Errorf("ldd %s: %w", curl, err)
+	}
+	for line := range strings.Lines(string(out)) {
+		// "\tlibssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x...)"
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), " => ")
+		if ok && strings.HasPrefix(name, "libssl.so") {
+			path, _, _ := strings.Cut(rest, " ")
+			return filepath.EvalSymlinks(path)
 		}
 	}
-	require(tb, "a shared libssl", err)
-	return ""
+	return "", fmt.Errorf("ldd %s: no libssl.so", curl)
 }

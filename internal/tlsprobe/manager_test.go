@@ -123,3 +123,60 @@ func TestInspectReason(t *testing.T) {
 		t.Errorf("got %s, want unsupported", r)
 	}
 }
+
+// Entries the kernel made that the Manager never heard of (a report lost
+// to a full queue) are settled at the next scan: a live process is looked
+// at as if reported, a gone one's entry is deleted, so that the next
+// process given its pid is not taken for it.
+func TestScanSettlesEntriesItMissed(t *testing.T) {
+	bpftest.Require(t)
+	m, procs, _ := startManager(t, Config{})
+	live := sleeper(t)
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gone := uint32(cmd.Process.Pid)
+	seen := bpf.StreamTwTlsProc{State: uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_SEEN)}
+	for _, pid := range []uint32{live, gone} {
+		if err := procs.Put(pid, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.scan(); err != nil {
+		t.Fatal(err)
+	}
+	var v bpf.StreamTwTlsProc
+	if err := procs.Lookup(gone, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("entry of exited pid %d: %+v (%v), want none", gone, v, err)
+	}
+	if err := procs.Lookup(live, &v); err != nil || v.State != uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE) {
+		t.Errorf("entry of live pid %d: %+v (%v), want unprobeable (no TLS library)", live, v, err)
+	}
+	if tgs := m.Targets(); len(tgs) != 1 || tgs[0].PID != live || tgs[0].Reason != ReasonNoLibrary {
+		t.Errorf("targets %+v, want pid %d with no library", tgs, live)
+	}
+}
+
+// A system-wide file that cannot be probed is reported and counted like a
+// process's library, and Start goes on.
+func TestSystemWideFailureIsReported(t *testing.T) {
+	bpftest.Require(t)
+	m, _, reports := startManager(t, Config{SystemWide: []string{"/nonexistent/libssl.so.3", "/bin/sh"}})
+	tgs := m.Targets()
+	if len(tgs) != 2 {
+		t.Fatalf("targets %+v, want the two files", tgs)
+	}
+	if tgs[0].Probed || tgs[0].Reason != ReasonAccess || tgs[0].PID != 0 {
+		t.Errorf("missing file: %+v, want pid 0, access", tgs[0])
+	}
+	if tgs[1].Probed || tgs[1].Reason != ReasonNoLibrary {
+		t.Errorf("/bin/sh: %+v, want no_library", tgs[1])
+	}
+	if r := reports(); len(r) != 2 {
+		t.Errorf("reports %+v, want one per file", r)
+	}
+	if got := m.Failures(); got[Failure{ReasonAccess, LibUnknown}] != 1 || got[Failure{ReasonNoLibrary, LibUnknown}] != 1 {
+		t.Errorf("failures %v", got)
+	}
+}

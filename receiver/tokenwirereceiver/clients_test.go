@@ -165,7 +165,7 @@ func TestCurlClientCallsAndSelection(t *testing.T) {
 // http module with a keep-alive agent, as Node SDKs call an API, and
 // Python's http.client on one connection.
 type scriptClient struct {
-	name, comm string // comm: as the kernel selects it (python3, where the executable is python3.11)
+	name, comm string          // comm: as the kernel selects it (python3, where the executable is python3.11)
 	stack      teststack.Stack // whose interpreter runs it
 	require    func(testing.TB)
 	run        func(ctx context.Context, url, caFile string, requests int, body string) ([]teststack.NodeResult, error)

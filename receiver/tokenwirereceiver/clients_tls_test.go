@@ -93,9 +93,13 @@ func TestGoTLSClientCalls(t *testing.T) {
 //   - system_wide: the shared libssl is probed for every process from
 //     Start (streams.tls.system_wide): every call is read, with no wait.
 //
-// Node writes its socket after its write call returned, so the first call
-// read on a connection may be timed with its request not read (no
-// method, model: named "call {port}").
+// A client's TLS connection is readied for plaintext at its ClientHello,
+// before its process is probed, so a process whose probes attach before
+// its first write call (Python, discovered: probing libssl takes
+// milliseconds) has that call read too. Node writes its socket after its
+// write call returned, and reads none before its first: the first call
+// read on a connection is timed with its request not read (no method,
+// model: named "call {port}").
 func TestScriptTLSClientCalls(t *testing.T) {
 	bpftest.Require(t)
 	for _, c := range scriptClients {
