@@ -124,8 +124,7 @@ static __always_inline __u8 lib_flags(__u8 libs)
 /* tls_plain makes a TLS connection of a probed process plaintext-driven,
  * its state where the uprobes can reach it. libs 0: a client's, readied
  * before its process is probed (client_tls_begin); its libraries are
- * learnt at its first socket event after (tls_learn_libs), and it counts
- * as read as plaintext from then. */
+ * learnt at a socket event after (tls_learn_libs). */
 static __always_inline void tls_plain(const struct sock *sk, struct stream_state *st, __u8 libs)
 {
 	__u8 tls = TLS_SEEN | TLS_PLAIN | lib_flags(libs);
@@ -140,8 +139,7 @@ static __always_inline void tls_plain(const struct sock *sk, struct stream_state
 		}
 		st->tls = tls | TLS_MOVED;
 	}
-	if (libs)
-		count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
+	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
 }
 
 /* tls_learn_libs gives a plaintext-driven connection readied before its
@@ -153,7 +151,6 @@ static __always_inline void tls_learn_libs(struct stream_state *st)
 	if (!p || p->state != TW_TLS_PROC_PROBED || !lib_flags(p->libs))
 		return;
 	st->tls |= lib_flags(p->libs);
-	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
 }
 
 /* tls_begin marks a connection that began with a ClientHello as TLS:

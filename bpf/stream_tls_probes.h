@@ -247,23 +247,18 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 
 /* tls_proc_reads says whether the calls of the current process are read:
  * only those of a process the stream probe has seen do TLS on a watched
- * connection (tw_st_tls_procs). A library probed for every process that
- * maps it (streams.tls.system_wide) runs these programs in all of them;
- * the others leave here, at the cost of a map lookup. A call in a
- * process seen but not yet probed by user space proves that its library
- * is probed (lib): its next TLS connections are read as plaintext from
- * their first call, without waiting for user space. */
-static __always_inline int tls_proc_reads(__u8 lib)
+ * connection (tw_st_tls_procs), and that user space has not found
+ * unprobeable or left out. A library probed for every process that maps
+ * it (streams.tls.system_wide) runs these programs in all of them; the
+ * others leave here, at the cost of a map lookup. Which connections the
+ * calls drive is the connections' business: a server's are plaintext-
+ * driven only once user space marked its process probed (tls_begin), a
+ * client's from its ClientHello (client_tls_begin). */
+static __always_inline int tls_proc_reads(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
-	if (!p || p->state == TW_TLS_PROC_UNPROBEABLE)
-		return 0;
-	if (p->state != TW_TLS_PROC_PROBED || !(p->libs & lib)) {
-		p->libs |= lib;
-		p->state = TW_TLS_PROC_PROBED;
-	}
-	return 1;
+	return p && p->state != TW_TLS_PROC_UNPROBEABLE;
 }
 
 static __always_inline struct tls_call_key thread_key(void)
@@ -284,7 +279,7 @@ static __always_inline struct tls_call_key goroutine_key(const struct pt_regs *c
 SEC("uprobe")
 int BPF_KPROBE(tw_tls_rd, void *ssl, void *buf)
 {
-	if (!tls_proc_reads(TW_TLS_LIB_OPENSSL))
+	if (!tls_proc_reads())
 		return 0;
 	struct tls_call_key k = thread_key();
 	return tls_read_enter(&k, (__u64)ssl, (__u64)buf, 0, 1);
@@ -293,7 +288,7 @@ int BPF_KPROBE(tw_tls_rd, void *ssl, void *buf)
 SEC("uprobe")
 int BPF_KPROBE(tw_tls_rdex, void *ssl, void *buf, __u64 num, __u64 *readbytes)
 {
-	if (!tls_proc_reads(TW_TLS_LIB_OPENSSL))
+	if (!tls_proc_reads())
 		return 0;
 	struct tls_call_key k = thread_key();
 	return tls_read_enter(&k, (__u64)ssl, (__u64)buf, (__u64)readbytes, 1);
@@ -309,7 +304,7 @@ int BPF_KRETPROBE(tw_tls_rd_ret, int ret)
 SEC("uprobe")
 int BPF_KPROBE(tw_tls_wr, void *ssl, const void *buf, int num)
 {
-	if (!tls_proc_reads(TW_TLS_LIB_OPENSSL))
+	if (!tls_proc_reads())
 		return 0;
 	struct tls_call_key k = thread_key();
 	return tls_write_enter(&k, (__u64)ssl, (__u64)buf, num, 0, 1);
@@ -318,7 +313,7 @@ int BPF_KPROBE(tw_tls_wr, void *ssl, const void *buf, int num)
 SEC("uprobe")
 int BPF_KPROBE(tw_tls_wrex, void *ssl, const void *buf, __u64 num, __u64 *written)
 {
-	if (!tls_proc_reads(TW_TLS_LIB_OPENSSL))
+	if (!tls_proc_reads())
 		return 0;
 	struct tls_call_key k = thread_key();
 	return tls_write_enter(&k, (__u64)ssl, (__u64)buf, num, (__u64)written, 1);
@@ -334,7 +329,7 @@ int BPF_KRETPROBE(tw_tls_wr_ret, int ret)
 SEC("uprobe")
 int tw_tls_go_rd(struct pt_regs *ctx)
 {
-	if (!tls_proc_reads(TW_TLS_LIB_GO))
+	if (!tls_proc_reads())
 		return 0;
 	struct tls_call_key k = goroutine_key(ctx);
 	return tls_read_enter(&k, ctx->ax, ctx->bx, 0, 0);
@@ -350,7 +345,7 @@ int tw_tls_go_rdret(struct pt_regs *ctx)
 SEC("uprobe")
 int tw_tls_go_wr(struct pt_regs *ctx)
 {
-	if (!tls_proc_reads(TW_TLS_LIB_GO))
+	if (!tls_proc_reads())
 		return 0;
 	struct tls_call_key k = goroutine_key(ctx);
 	return tls_write_enter(&k, ctx->ax, ctx->bx, (__s64)ctx->cx, 0, 0);

@@ -35,9 +35,14 @@ type systemWide struct {
 // from their first call. One that cannot be probed is reported and
 // counted like a process's library, and probed per process instead.
 func (m *Manager) attachSystemWide() {
+	done := map[inode]bool{}
 	for _, path := range m.cfg.SystemWide {
 		t := Target{Path: path, Library: LibUnknown}
 		id, err := inodeOf(path)
+		if err == nil && done[id] {
+			continue // another path to a file listed already (/lib and /usr/lib): its uprobes would run twice
+		}
+		done[id] = err == nil
 		var p *plan
 		if err == nil {
 			p, err = m.plans.inspect(path, false)
@@ -112,7 +117,8 @@ func (m *Manager) reconcile(alive map[uint32]bool) {
 		}
 	}
 	for _, pid := range orphans {
-		if alive[pid] {
+		// Started after the scan listed the processes: alive all the same.
+		if _, err := startTime(pid); alive[pid] || err == nil {
 			m.probe(pid, true)
 		} else {
 			_ = m.cfg.Procs.Delete(pid) // an error: gone meanwhile, or the next scan tries again

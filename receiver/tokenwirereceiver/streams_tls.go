@@ -25,6 +25,9 @@ func (r *tokenwireReceiver) reportTLS(t tlsprobe.Target) {
 		r.set.Logger.Info("tokenwire TLS library probed for every process that maps it (streams.tls.system_wide): each of its calls traps into the kernel, and those of selected processes are read as plaintext (mode tls)", fields...)
 	case t.Probed:
 		r.set.Logger.Info("tokenwire TLS library probed: its streams are read as plaintext (mode tls)", fields...)
+	case t.PID == 0:
+		r.set.Logger.Warn("tokenwire cannot probe this file for every process (streams.tls.system_wide): the processes using it are probed one by one",
+			append(fields, zap.String("reason", string(t.Reason)), zap.Error(t.Err))...)
 	case t.Reason == tlsprobe.ReasonExcluded:
 		r.set.Logger.Info("tokenwire TLS library not probed (streams.tls leaves it out): its TLS streams are timed from record headers (mode opaque)", fields...)
 	default:
