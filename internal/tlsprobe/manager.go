@@ -36,24 +36,6 @@ import (
 	"github.com/tokenwire/tokenwire/bpf"
 )
 
-// Target is what became of one TLS library (or executable) in a process.
-type Target struct {
-	PID     uint32
-	Path    string // as the process names it
-	Library Library
-	Version string // Go: the toolchain that built it
-	// Probed: its uprobes are attached (by SystemWide, when the file is
-	// probed for every process). Otherwise Err says why not,
-	// Reason sums it up, and the process's TLS streams are timed from
-	// record headers (opaque).
-	Probed bool
-	// SystemWide: probed by Config.SystemWide's uprobes, not its own. A
-	// Target with PID 0 is one of those files itself.
-	SystemWide bool
-	Err        error
-	Reason     Reason
-}
-
 // Config says which processes to probe and with what.
 type Config struct {
 	// Ports are the watched server ports.
@@ -310,28 +292,6 @@ func (m *Manager) loadPrograms() error {
 		}
 	}
 	return m.progsErr
-}
-
-// mark tells the kernel how to read pid's TLS.
-func (m *Manager) mark(pid uint32, p *process) {
-	v := bpf.StreamTwTlsProc{State: uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE)}
-	for _, t := range p.targets {
-		if t.Probed {
-			v.State = uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_PROBED)
-			v.Libs |= libBits(t.Library)
-		}
-	}
-	m.cfg.Procs.Put(pid, v)
-}
-
-func libBits(l Library) uint8 {
-	switch l {
-	case LibOpenSSL:
-		return uint8(bpf.StreamTwTlsLibTW_TLS_LIB_OPENSSL)
-	case LibGo:
-		return uint8(bpf.StreamTwTlsLibTW_TLS_LIB_GO)
-	}
-	return 0
 }
 
 // report passes t to Config.Report, once per file and outcome.

@@ -6,8 +6,6 @@ import (
 	"syscall"
 
 	"github.com/cilium/ebpf/link"
-
-	"github.com/tokenwire/tokenwire/bpf"
 )
 
 // inode names a file whatever path reaches it: a process's libssl seen
@@ -96,32 +94,4 @@ func (m *Manager) coveredBy(file string) bool {
 	}
 	_, ok := m.covered[id]
 	return ok
-}
-
-// reconcile handles the processes the kernel knows and the Manager does
-// not: those it reported while Discover's queue was full, or that exited
-// before it looked. A live one is probed as if just reported; a gone
-// one's entry is deleted, so that a process that later takes its pid is
-// not mistaken for it (with system-wide files its calls would be taken
-// as a probed process's).
-func (m *Manager) reconcile(alive map[uint32]bool) {
-	var (
-		pid     uint32
-		v       bpf.StreamTwTlsProc
-		orphans []uint32
-	)
-	it := m.cfg.Procs.Iterate()
-	for it.Next(&pid, &v) {
-		if m.procs[pid] == nil {
-			orphans = append(orphans, pid)
-		}
-	}
-	for _, pid := range orphans {
-		// Started after the scan listed the processes: alive all the same.
-		if _, err := startTime(pid); alive[pid] || err == nil {
-			m.probe(pid, true)
-		} else {
-			_ = m.cfg.Procs.Delete(pid) // an error: gone meanwhile, or the next scan tries again
-		}
-	}
 }

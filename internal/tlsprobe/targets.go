@@ -5,6 +5,24 @@ import (
 	"os"
 )
 
+// Target is what became of one TLS library (or executable) in a process.
+type Target struct {
+	PID     uint32
+	Path    string // as the process names it
+	Library Library
+	Version string // Go: the toolchain that built it
+	// Probed: its uprobes are attached (by SystemWide, when the file is
+	// probed for every process). Otherwise Err says why not,
+	// Reason sums it up, and the process's TLS streams are timed from
+	// record headers (opaque).
+	Probed bool
+	// SystemWide: probed by Config.SystemWide's uprobes, not its own. A
+	// Target with PID 0 is one of those files itself.
+	SystemWide bool
+	Err        error
+	Reason     Reason
+}
+
 // candidate is a file of a process that may hold a TLS library.
 type candidate struct {
 	Target
