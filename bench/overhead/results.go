@@ -16,7 +16,7 @@ var rowHeader = []string{"repeat", "variant", "streams", "window_s", "cpu_window
 	"server_cpu_s", "collector_cpu_s", "loadgen_cpu_s",
 	"server_rss_bytes", "server_hwm_bytes", "collector_rss_bytes", "collector_hwm_bytes",
 	"bpf_run_ns", "bpf_run_cnt", "collector_spans_exported", "collector_metric_points_exported",
-	"host_busy_cores", "others_cores", "steal_cores", "loadavg1"}
+	"host_busy_cores", "others_cores", "steal_cores", "loadavg1", "probe_collector_cpu_s", "probe_wait_s"}
 
 func rowCSV(r row) []string {
 	return []string{strconv.Itoa(r.Repeat), r.Variant, strconv.Itoa(r.Streams), f3(r.Window), f3(r.CPUWindow),
@@ -26,7 +26,8 @@ func rowCSV(r row) []string {
 		f3(r.ServerCPU), f3(r.CollectorCPU), f3(r.LoadCPU),
 		u(r.ServerMem.RSS), u(r.ServerMem.HWM), u(r.CollectorMem.RSS), u(r.CollectorMem.HWM),
 		u(r.BPFRunNs), u(r.BPFRunCnt), strconv.Itoa(r.Exported.Spans), strconv.Itoa(r.Exported.Points),
-		f3(r.Host.BusyCores), f3(r.Host.OthersCores), f3(r.Host.StealCores), f3(r.Host.LoadEnd)}
+		f3(r.Host.BusyCores), f3(r.Host.OthersCores), f3(r.Host.StealCores), f3(r.Host.LoadEnd),
+		f3(r.ProbeCPU), f3(r.ProbeWait)}
 }
 
 // writeResults writes overhead.csv (a row per variant and repeat),

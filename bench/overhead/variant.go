@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -31,6 +32,11 @@ type row struct {
 	CPUWindow    float64            // measured time between the CPU snapshots, seconds
 	Host         benchutil.HostLoad // the host during the window
 	Exported     exported           // what the collector's debug exporter saw, whole run
+	// ProbeCPU and ProbeWait are the tokenwire collector's CPU seconds and
+	// the seconds from the server's start until the collector reported its
+	// TLS library probed: the one-time cost of a new server, kept out of
+	// the window.
+	ProbeCPU, ProbeWait float64
 }
 
 // progRun is one BPF program's run time and run count.
@@ -97,11 +103,33 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 			}
 		}()
 	}
+	var collBefore float64
+	if coll != nil {
+		if collBefore, err = benchutil.CPUSeconds(coll.Pid()); err != nil {
+			return rw, fmt.Errorf("collector CPU: %w", err)
+		}
+	}
+	started := time.Now()
 	srv, err := e.startServer(stack, observer)
 	if err != nil {
 		return rw, err
 	}
 	defer srv.Stop()
+	if observer == "tokenwire" {
+		// The collector probes a server it has not seen (its TLS library,
+		// at its next /proc scan) once, whenever it appears; the window
+		// measures streaming through a probed server, and the probe's
+		// cost is reported apart.
+		if err := waitProbed(coll.LogPath(), srv.Pid(), probeTimeout); err != nil {
+			return rw, err
+		}
+		rw.ProbeWait = time.Since(started).Seconds()
+		after, err := benchutil.CPUSeconds(coll.Pid())
+		if err != nil {
+			return rw, fmt.Errorf("collector CPU: %w", err)
+		}
+		rw.ProbeCPU = after - collBefore
+	}
 	resFile := filepath.Join(e.tmp, "load.json")
 	os.Remove(resFile)
 	from := time.Now().Add(*warmup)
@@ -218,6 +246,30 @@ func (e *env) startServer(stack, observer string) (*teststack.Proc, error) {
 		return nil, fmt.Errorf("server did not start: %w", err)
 	}
 	return c, nil
+}
+
+// probeTimeout bounds the wait for the collector to probe a new server:
+// its TLS scan runs every 5 s by default.
+const probeTimeout = 30 * time.Second
+
+// waitProbed waits until the collector's log at path reports pid's TLS
+// library probed.
+func waitProbed(path string, pid int, timeout time.Duration) error {
+	want := regexp.MustCompile(`TLS library probed.*"pid": ` + strconv.Itoa(pid) + `[,}]`)
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if want.Match(raw) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the collector did not report server %d's TLS library probed within %v (log: %s)", pid, timeout, path)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // exited reports whether a child has ended.

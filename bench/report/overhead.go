@@ -48,7 +48,7 @@ func overheadSection(d *doc) error {
 		return spreadOf(x)
 	}
 	d.p("## 2. Streaming overhead: Go and Python servers (bench/overhead)\n\n")
-	d.p("%s concurrent streams per variant; %s measured after %s of warm-up; %s repeats, every variant in every repeat, order rotated. ",
+	d.p("%s concurrent streams per variant; %s measured after %s of warm-up (tokenwire variants: a warm-up that starts once the collector has probed the new server, whose one-time cost is in its own table below); %s repeats, every variant in every repeat, order rotated. ",
 		meta.Params["streams"], meta.Params["window"], meta.Params["warmup"], meta.Params["repeats"])
 	d.p("**Go**: the bench's net/http SSE server, one event every %s, %s events per stream, one connection per stream; variants baseline (alone), tokenwire (the collector with `%s`), interceptor (the OpenTelemetry Go SDK in the server: a histogram record and two counter adds per chunk, a span per stream, OTLP/gRPC to the same collector binary with an otlp receiver). ",
 		meta.Params["go_interval"], meta.Params["go_chunks"], meta.Params["config"])
@@ -69,6 +69,7 @@ func overheadSection(d *doc) error {
 			sp(v, func(r orow) float64 { return num(r, "others_cores") }).f(2),
 			sp(v, func(r orow) float64 { return num(r, "errors") }).f(0))
 	}
+	probeTable(d, variants, by, sp)
 	d.p("\nAgainst each stack's own baseline, paired by repeat (the two ran minutes apart at most):\n\n")
 	d.p("| variant | server CPU vs baseline | server CPU per chunk vs baseline | baseline's own repeats: server CPU, max/min - 1 | p99 | baseline's p99 range, ms |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
@@ -106,6 +107,31 @@ func overheadSection(d *doc) error {
 	}
 	d.p("Raw: `bench/results/overhead.csv` (every repeat), `overhead-bpf.csv` (BPF by program), `overhead-hist.csv` (latency histograms).\n\n")
 	return nil
+}
+
+// probeTable shows what a new server costs the collector once: from the
+// server's start until the collector reported its TLS library probed
+// (reading its executable, the verifier's pass over the uprobe programs,
+// which each variant's fresh collector loads on its first target, and the
+// attach).
+func probeTable(d *doc, variants []string, by map[string][]orow, sp func(string, func(orow) float64) spread) {
+	var rows []string
+	for _, v := range variants {
+		if !strings.HasSuffix(v, "/tokenwire") || by[v][0]["probe_collector_cpu_s"] == "" {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s |\n", v,
+			sp(v, func(r orow) float64 { return num(r, "probe_collector_cpu_s") }).f(3),
+			sp(v, func(r orow) float64 { return num(r, "probe_wait_s") }).f(1)))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	d.p("\nOnce per new server, before the window: the collector finds it at its next /proc scan (every 5 s) and probes its TLS library; the first probe of a collector also loads the uprobe programs (the kernel's verifier). The collector does this on a thread at the lowest priority (nice 19), so it takes CPU the servers leave idle.\n\n")
+	d.p("| variant | collector CPU from the server's start until probed, s | server start to probed, s |\n| --- | --- | --- |\n")
+	for _, r := range rows {
+		d.p("%s", r)
+	}
 }
 
 func bpfByProgram(d *doc, bt *benchutil.Table, by map[string][]orow) {

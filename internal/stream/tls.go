@@ -9,7 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 
-	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/tlsprobe"
 )
 
@@ -60,11 +59,18 @@ func (s *tlsState) setErr(err error) {
 	s.mu.Unlock()
 }
 
-// tlsPrograms names the uprobe programs in the collection.
-var tlsPrograms = []string{
-	bpf.StreamProgTwTlsRd, bpf.StreamProgTwTlsRdex, bpf.StreamProgTwTlsRdRet,
-	bpf.StreamProgTwTlsWr, bpf.StreamProgTwTlsWrex, bpf.StreamProgTwTlsWrRet,
-	bpf.StreamProgTwTlsGoRd, bpf.StreamProgTwTlsGoRdret, bpf.StreamProgTwTlsGoWr, bpf.StreamProgTwTlsGoWrret,
+// tlsObjects are the uprobe programs of the collection, loaded together.
+type tlsObjects struct {
+	Read       *ebpf.Program `ebpf:"tw_tls_rd"`
+	ReadEx     *ebpf.Program `ebpf:"tw_tls_rdex"`
+	ReadRet    *ebpf.Program `ebpf:"tw_tls_rd_ret"`
+	Write      *ebpf.Program `ebpf:"tw_tls_wr"`
+	WriteEx    *ebpf.Program `ebpf:"tw_tls_wrex"`
+	WriteRet   *ebpf.Program `ebpf:"tw_tls_wr_ret"`
+	GoRead     *ebpf.Program `ebpf:"tw_tls_go_rd"`
+	GoReadRet  *ebpf.Program `ebpf:"tw_tls_go_rdret"`
+	GoWrite    *ebpf.Program `ebpf:"tw_tls_go_wr"`
+	GoWriteRet *ebpf.Program `ebpf:"tw_tls_go_wrret"`
 }
 
 // startTLS starts the manager that attaches the uprobe programs, which
@@ -94,32 +100,33 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 	}
 }
 
-// loadTLS loads the uprobe programs (for uprobe_multi links when multi).
+// loadTLS loads the uprobe programs (for uprobe_multi links when multi)
+// against the tracer's maps. They are loaded in one collection load, which
+// reads the kernel's BTF once: the load runs while servers stream, and
+// every collection load parses vmlinux's BTF afresh.
 func (t *Tracer) loadTLS(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, multi bool) (*tlsprobe.Programs, error) {
 	attachType := ebpf.AttachNone
 	if multi {
 		attachType = ebpf.AttachTraceUprobeMulti
 	}
-	progs := make([]*ebpf.Program, len(tlsPrograms))
-	for i, name := range tlsPrograms {
-		p, err := loadProgram(spec, maps, name, attachType)
-		if err != nil {
-			for _, p := range progs[:i] {
-				p.Close()
-			}
-			err = fmt.Errorf("loading the TLS uprobes: %w", err)
-			t.tls.setErr(err)
-			return nil, err
-		}
-		progs[i] = p
+	some := spec.Copy()
+	for _, ps := range some.Programs {
+		ps.AttachType = attachType // only the uprobes are loaded
+	}
+	var objs tlsObjects
+	if err := some.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
+		err = fmt.Errorf("loading the TLS uprobes: %w", err)
+		t.tls.setErr(err)
+		return nil, err
 	}
 	t.tls.mu.Lock()
-	t.tls.progs = progs
+	t.tls.progs = []*ebpf.Program{objs.Read, objs.ReadEx, objs.ReadRet, objs.Write, objs.WriteEx, objs.WriteRet,
+		objs.GoRead, objs.GoReadRet, objs.GoWrite, objs.GoWriteRet}
 	t.tls.mu.Unlock()
 	return &tlsprobe.Programs{
-		Read: progs[0], ReadEx: progs[1], ReadRet: progs[2],
-		Write: progs[3], WriteEx: progs[4], WriteRet: progs[5],
-		GoRead: progs[6], GoReadRet: progs[7], GoWrite: progs[8], GoWriteRet: progs[9],
+		Read: objs.Read, ReadEx: objs.ReadEx, ReadRet: objs.ReadRet,
+		Write: objs.Write, WriteEx: objs.WriteEx, WriteRet: objs.WriteRet,
+		GoRead: objs.GoRead, GoReadRet: objs.GoReadRet, GoWrite: objs.GoWrite, GoWriteRet: objs.GoWriteRet,
 	}, nil
 }
 
@@ -128,26 +135,6 @@ func cmpDuration(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-// loadProgram loads one program of spec, alone, with maps in place of
-// the collection's.
-func loadProgram(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, name string, attach ebpf.AttachType) (*ebpf.Program, error) {
-	ps, ok := spec.Programs[name]
-	if !ok {
-		return nil, fmt.Errorf("no program %q in the collection", name)
-	}
-	one := spec.Copy()
-	prog := ps.Copy()
-	prog.AttachType = attach
-	one.Programs = map[string]*ebpf.ProgramSpec{"prog": prog}
-	var objs struct {
-		Prog *ebpf.Program `ebpf:"prog"`
-	}
-	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
-		return nil, fmt.Errorf("load %s: %w", name, err)
-	}
-	return objs.Prog, nil
 }
 
 // stopTLS detaches every uprobe and unloads their programs. It may be
