@@ -310,7 +310,10 @@ type WriteStep struct{ Mode, Prog, Adds string }
 // them back by mode and program.
 var WriteSteps = []WriteStep{
 	{"floor", "tw_fl_sent", "the hook itself (the empty program)"},
-	{"step-state", "tw_pt_1_state", "the port test, the socket's local storage, a clock read, two updates"},
+	{"step-port", "tw_pt_0a_port", "the port test (a read of the socket)"},
+	{"step-store", "tw_pt_0b_store", "the socket's local storage, looked up (made on the socket's first write)"},
+	{"step-clock", "tw_pt_0c_clock", "a clock read (bpf_ktime_get_ns)"},
+	{"step-state", "tw_pt_1_state", "two updates of the storage (the write's time, a count)"},
 	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)"},
 	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory"},
 }

@@ -9,8 +9,10 @@
  * empty program of floor.bpf.c below the first, are what each step costs.
  * Never loaded by the receiver.
  *
- *   tw_pt_1_state   the socket's port against the watched one, the
- *                   socket's local storage, a clock read, two updates
+ *   tw_pt_0a_port   the socket's port against the watched one
+ *   tw_pt_0b_store  + the socket's local storage (made on its first write)
+ *   tw_pt_0c_clock  + a clock read
+ *   tw_pt_1_state   + two updates of the storage
  *   tw_pt_2_args    + the syscall's arguments (its saved registers)
  *   tw_pt_3_tail    + the write's last 16 bytes read from user memory
  *
@@ -70,6 +72,30 @@ static __always_inline int tail(const struct syscall_args *a, int ret)
 		end = (const char *)io.iov[last].iov_base + io.iov[last].iov_len;
 	}
 	return bpf_probe_read_user(t, sizeof(t), end - 16) ? -1 : t[15];
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0a_port, struct sock *sk, int ret)
+{
+	return ret > 0 && watched(sk);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0b_store, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	return bpf_sk_storage_get(&tw_pt_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE) != NULL;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0c_clock, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	if (!bpf_sk_storage_get(&tw_pt_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE))
+		return 0;
+	return bpf_ktime_get_ns() & 1;
 }
 
 SEC("tp_btf/sock_send_length")

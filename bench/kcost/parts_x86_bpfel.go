@@ -24,6 +24,9 @@ type partsPartState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	partsMapTwPtSk          = "tw_pt_sk"
+	partsProgTwPt0aPort     = "tw_pt_0a_port"
+	partsProgTwPt0bStore    = "tw_pt_0b_store"
+	partsProgTwPt0cClock    = "tw_pt_0c_clock"
 	partsProgTwPt1State     = "tw_pt_1_state"
 	partsProgTwPt2Args      = "tw_pt_2_args"
 	partsProgTwPt3Tail      = "tw_pt_3_tail"
@@ -74,9 +77,12 @@ type partsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsProgramSpecs struct {
-	TwPt1State *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
-	TwPt2Args  *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
-	TwPt3Tail  *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
+	TwPt0aPort  *ebpf.ProgramSpec `ebpf:"tw_pt_0a_port"`
+	TwPt0bStore *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
+	TwPt0cClock *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
+	TwPt1State  *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
+	TwPt2Args   *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
+	TwPt3Tail   *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
 }
 
 // partsMapSpecs contains maps before they are loaded into the kernel.
@@ -137,13 +143,19 @@ type partsVariables struct {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsPrograms struct {
-	TwPt1State *ebpf.Program `ebpf:"tw_pt_1_state"`
-	TwPt2Args  *ebpf.Program `ebpf:"tw_pt_2_args"`
-	TwPt3Tail  *ebpf.Program `ebpf:"tw_pt_3_tail"`
+	TwPt0aPort  *ebpf.Program `ebpf:"tw_pt_0a_port"`
+	TwPt0bStore *ebpf.Program `ebpf:"tw_pt_0b_store"`
+	TwPt0cClock *ebpf.Program `ebpf:"tw_pt_0c_clock"`
+	TwPt1State  *ebpf.Program `ebpf:"tw_pt_1_state"`
+	TwPt2Args   *ebpf.Program `ebpf:"tw_pt_2_args"`
+	TwPt3Tail   *ebpf.Program `ebpf:"tw_pt_3_tail"`
 }
 
 func (p *partsPrograms) Close() error {
 	return _PartsClose(
+		p.TwPt0aPort,
+		p.TwPt0bStore,
+		p.TwPt0cClock,
 		p.TwPt1State,
 		p.TwPt2Args,
 		p.TwPt3Tail,
