@@ -243,6 +243,37 @@ func TestScanSettlesEntriesItMissed(t *testing.T) {
 	}
 }
 
+// A process the Manager knows whose entry the kernel's map lost (the LRU
+// map evicts under pressure) is marked again by the next scan, with the
+// state it had, not left to its next connection.
+func TestScanMarksAgainWhatTheMapLost(t *testing.T) {
+	bpftest.Require(t)
+	m, procs, _ := startManager(t, Config{})
+	pid := sleeper(t)
+	if err := procs.Put(pid, bpf.StreamTwTlsProc{State: uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_SEEN)}); err != nil {
+		t.Fatal(err)
+	}
+	// The Manager's own scans are an hour apart and nothing calls Discover:
+	// these scans are the only ones running.
+	if err := m.scan(); err != nil {
+		t.Fatal(err)
+	}
+	var before bpf.StreamTwTlsProc
+	if err := procs.Lookup(pid, &before); err != nil || before.State != uint8(bpf.StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE) {
+		t.Fatalf("entry of pid %d after the first scan: %+v (%v), want unprobeable", pid, before, err)
+	}
+	if err := procs.Delete(pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.scan(); err != nil {
+		t.Fatal(err)
+	}
+	var after bpf.StreamTwTlsProc
+	if err := procs.Lookup(pid, &after); err != nil || after != before {
+		t.Errorf("entry of pid %d after its loss and a scan: %+v (%v), want %+v again", pid, after, err, before)
+	}
+}
+
 // A system-wide file that cannot be probed is reported and counted like a
 // process's library, and Start goes on. A second path to a file listed
 // already is left out: its uprobes would run twice per call.

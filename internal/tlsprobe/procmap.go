@@ -31,22 +31,38 @@ func libBits(l Library) uint8 {
 	return 0
 }
 
-// reconcile handles the processes the kernel knows and the Manager does
-// not: those it reported while Discover's queue was full, or that exited
-// before it looked. A live one is probed as if just reported; a gone
-// one's entry is deleted, so that a process that later takes its pid is
-// not mistaken for it (with system-wide files its calls would be taken
-// as a probed process's).
+// reconcile settles the differences between the kernel's process map and
+// the Manager's processes.
+//
+// Processes the kernel knows and the Manager does not were reported while
+// Discover's queue was full, or exited before it looked. A live one is
+// probed as if just reported; a gone one's entry is deleted, so that a
+// process that later takes its pid is not mistaken for it (with
+// system-wide files its calls would be taken as a probed process's).
+//
+// Processes the Manager knows and the kernel does not lost their entry to
+// the map's LRU eviction (it holds tw_st_tls_procs' max_entries
+// processes): each is marked again, or the kernel would stop reading a
+// probed process's TLS until its next connection.
 func (m *Manager) reconcile(alive map[uint32]bool) {
 	var (
 		pid     uint32
 		v       bpf.StreamTwTlsProc
 		orphans []uint32
 	)
+	inMap := make(map[uint32]bool, len(m.procs))
 	it := m.cfg.Procs.Iterate()
 	for it.Next(&pid, &v) {
+		inMap[pid] = true
 		if m.procs[pid] == nil {
 			orphans = append(orphans, pid)
+		}
+	}
+	if it.Err() == nil {
+		for pid, p := range m.procs {
+			if !inMap[pid] {
+				m.mark(pid, p)
+			}
 		}
 	}
 	for _, pid := range orphans {
