@@ -127,7 +127,7 @@ func probeTable(d *doc, variants []string, by map[string][]orow, sp func(string,
 	if len(rows) == 0 {
 		return
 	}
-	d.p("\nOnce per new server, before the window: the collector finds it at its next /proc scan (every 5 s) and probes its TLS library; the first probe of a collector also loads the uprobe programs (the kernel's verifier). The collector does this on a thread at the lowest priority (nice 19), so it takes CPU the servers leave idle.\n\n")
+	d.p("\nOnce per new server, before the window: the collector finds it at its next /proc scan (every 5 s) and probes its TLS library; the first probe of a collector also loads the uprobe programs (the kernel's verifier).\n\n")
 	d.p("| variant | collector CPU from the server's start until probed, s | server start to probed, s |\n| --- | --- | --- |\n")
 	for _, r := range rows {
 		d.p("%s", r)

@@ -27,13 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bpf"
 )
@@ -147,19 +145,6 @@ func (m *Manager) Discover(pid uint32) {
 
 func (m *Manager) run() {
 	defer close(m.done)
-	// The manager's work (reading /proc, parsing executables, the
-	// verifier's pass over the uprobe programs: half a second of CPU on
-	// the first target) happens while the host's servers stream. On a
-	// thread of its own at the lowest priority it takes CPU they leave
-	// idle rather than delaying their chunks. The thread is never
-	// unlocked, so it ends with run; if it is the main thread, which Go
-	// parks for good instead, its priority is put back first (best
-	// effort: raising it needs CAP_SYS_NICE).
-	runtime.LockOSThread()
-	tid := unix.Gettid()
-	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil && unix.Setpriority(unix.PRIO_PROCESS, tid, 19) == nil {
-		defer unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) // the system call answers 20 - nice
-	}
 	tick := time.NewTicker(m.cfg.ScanInterval)
 	defer tick.Stop()
 	for {

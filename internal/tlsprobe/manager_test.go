@@ -1,14 +1,10 @@
 package tlsprobe
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,81 +61,6 @@ func waitTargets(t *testing.T, m *Manager, n int) []Target {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("targets %+v, want %d", m.Targets(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// threadNice is the nice value of the calling goroutine's thread, which
-// the caller has locked.
-func threadNice(t *testing.T, task string) int {
-	t.Helper()
-	raw, err := os.ReadFile(task + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Fields after the command name, which may hold spaces: nice is the
-	// 19th of stat, the 17th after the name.
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	n, err := strconv.Atoi(f[16])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// nicedThreads counts this process's threads at nice 19.
-func nicedThreads(t *testing.T) int {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/self/task/*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, task := range tasks {
-		if _, err := os.Stat(task); err == nil && threadNice(t, task) == 19 {
-			n++
-		}
-	}
-	return n
-}
-
-// The Manager's work after Start (probing, and loading the programs
-// through the verifier on the first target) runs on a thread at nice 19,
-// which ends with Close; the caller's threads keep their priority.
-func TestManagerWorksAtLowestPriority(t *testing.T) {
-	bpftest.Require(t)
-	linkTLS() // this test binary is then a Go TLS program to probe
-	if n := nicedThreads(t); n != 0 {
-		t.Fatalf("%d threads at nice 19 before Start", n)
-	}
-	base := threadNice(t, "/proc/self")
-	loadedAt := make(chan int, 1)
-	m, _, _ := startManager(t, Config{Programs: func() (*Programs, error) {
-		loadedAt <- threadNice(t, "/proc/thread-self")
-		return nil, errors.New("no programs in this test")
-	}})
-	m.Discover(uint32(os.Getpid()))
-	select {
-	case n := <-loadedAt:
-		if n != 19 {
-			t.Errorf("programs loaded at nice %d, want 19", n)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the manager never loaded programs for this Go TLS process")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if n := threadNice(t, "/proc/thread-self"); n != base {
-		t.Errorf("the test's own thread at nice %d, want the process's %d", n, base)
-	}
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for nicedThreads(t) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d threads still at nice 19 after Close", nicedThreads(t))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
