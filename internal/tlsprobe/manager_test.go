@@ -39,9 +39,7 @@ func startManager(t *testing.T, cfg Config) (*Manager, *ebpf.Map, func() []Targe
 	var mu sync.Mutex
 	var reports []Target
 	cfg.Ports, cfg.ScanInterval, cfg.Procs = []uint16{1}, time.Hour, procs
-	if cfg.Programs == nil {
-		cfg.Programs = func() (*Programs, error) { return nil, errors.New("no programs in this test") }
-	}
+	cfg.Programs = func() (*Programs, error) { return nil, errors.New("no programs in this test") }
 	cfg.Report = func(tg Target) { mu.Lock(); reports = append(reports, tg); mu.Unlock() }
 	m, err := Start(cfg)
 	if err != nil {
