@@ -14,7 +14,9 @@
 //     thread; the translation of a snapshot into pdata is measured by the
 //     receiver's BenchmarkEmission;
 //   - spans: as metrics, with one span record per stream, taken every
-//     -interval.
+//     -interval, at most the receiver's default streams.max_pending_spans
+//     between takes (the rest are dropped and counted, as the receiver
+//     does).
 //
 // Every stage runs at each ring buffer size in -rings: where loss starts
 // depends on the ring's room more than on the reader's per-record cost.
@@ -52,6 +54,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/procinfo"
 	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/streamagg"
+	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver"
 )
 
 var (
@@ -101,6 +104,7 @@ type step struct {
 	readerNs                 uint64 // reader thread's CPU time
 	waitNs                   uint64 // reader thread's time runnable, waiting for its CPU
 	builds                   uint64 // pdata metrics built
+	spansKept, spansDropped  uint64 // span records taken, and dropped for streams.max_pending_spans
 	host                     benchutil.HostLoad
 }
 
@@ -220,8 +224,10 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 		var skipped, evicted atomic.Uint64
 		if st.agg {
 			var err error
-			agg, err = streamagg.New(streamagg.Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100, Spans: st.spans,
-				OnSkip: func(string) { skipped.Add(1) }, OnEvict: func() { evicted.Add(1) }}, procinfo.NewCache(4096))
+			agg, err = streamagg.New(streamagg.Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100,
+				Spans: st.spans, MaxSpans: tokenwirereceiver.DefaultMaxPendingSpans,
+				OnSkip: func(string) { skipped.Add(1) }, OnEvict: func() { evicted.Add(1) },
+				OnSpanDrop: func() { r.spansDropped.Add(1) }}, procinfo.NewCache(4096))
 			if err != nil {
 				return nil, err
 			}

@@ -25,8 +25,11 @@ type reader struct {
 	consumed atomic.Uint64
 	ends     atomic.Uint64
 	builds   atomic.Uint64
-	agg      atomic.Pointer[streamagg.Aggregator]
-	err      error
+	// Span records taken and dropped (streams.max_pending_spans) in the
+	// spans stage.
+	spansKept, spansDropped atomic.Uint64
+	agg                     atomic.Pointer[streamagg.Aggregator]
+	err                     error
 }
 
 func (r *reader) run(cpu int, done chan<- struct{}) {
@@ -40,6 +43,7 @@ func (r *reader) run(cpu int, done chan<- struct{}) {
 	var rec stream.Record
 	var cur *streamagg.Aggregator
 	var lastBuild time.Time
+	var spans []streamagg.Span
 	for n := uint64(1); ; n++ {
 		if err := r.tr.Read(&rec); err != nil {
 			if !errors.Is(err, stream.ErrClosed) {
@@ -59,7 +63,9 @@ func (r *reader) run(cpu int, done chan<- struct{}) {
 			if n%256 == 0 && time.Since(lastBuild) >= *interval {
 				now := time.Now()
 				_ = a.Snapshot()
-				_ = a.TakeSpans()
+				// As the receiver does: the previous buffer goes back.
+				spans = a.TakeSpans(spans)
+				r.spansKept.Add(uint64(len(spans)))
 				lastBuild = now
 				r.builds.Add(1)
 			}
@@ -104,6 +110,7 @@ func measure(objs *producerObjects, r *reader, produce func() error, name string
 		return step{}, err
 	}
 	c0, b0 := r.consumed.Load(), r.builds.Load()
+	k0, d0 := r.spansKept.Load(), r.spansDropped.Load()
 	cpu0, wait0 := r.sched()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -145,6 +152,7 @@ func measure(objs *producerObjects, r *reader, produce func() error, name string
 	return step{
 		stage: name, target: target, produced: p1 - p0, lost: l1 - l0, consumed: r.consumed.Load() - c0,
 		seconds: secs, mallocs: ms1.Mallocs - ms0.Mallocs, readerNs: cpu1 - cpu0, waitNs: wait1 - wait0, builds: r.builds.Load() - b0,
+		spansKept: r.spansKept.Load() - k0, spansDropped: r.spansDropped.Load() - d0,
 		host: host.Stop(),
 	}, nil
 }

@@ -69,15 +69,21 @@ type Config struct {
 	NoResponseDetails bool
 	// Spans keeps a span record per finished stream.
 	Spans bool
+	// MaxSpans bounds the span records kept between two TakeSpans calls
+	// (0: no bound); the spans of further streams are dropped (OnSpanDrop),
+	// so a traces pipeline that stalls or lags holds at most this many.
+	MaxSpans int
 	// ClientHosts, when set, keeps only the client calls whose Host
 	// header (without its port) is one of these.
 	ClientHosts []string
 	// OnSkip is called for each stream not reported, with its reason;
 	// OnEvict for each open stream dropped for room; OnOverflow for each
-	// stream counted in the overflow series. Any may be nil.
+	// stream counted in the overflow series; OnSpanDrop for each span not
+	// kept for MaxSpans. Any may be nil.
 	OnSkip     func(reason string)
 	OnEvict    func()
 	OnOverflow func()
+	OnSpanDrop func()
 }
 
 // Aggregator folds stream records into series and span records. It is
@@ -165,6 +171,9 @@ func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
 	}
 	if a.cfg.OnOverflow == nil {
 		a.cfg.OnOverflow = func() {}
+	}
+	if a.cfg.OnSpanDrop == nil {
+		a.cfg.OnSpanDrop = func() {}
 	}
 	return a, nil
 }

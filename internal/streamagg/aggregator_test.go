@@ -86,7 +86,7 @@ func TestHeadWithFirstEventIsTheFirstChunk(t *testing.T) {
 	require.EqualValues(t, len(first)+3*30, s.Bytes)
 	require.EqualValues(t, 3, s.Interval.Count, "80->100 from the head, then 100->120->140")
 	require.InDelta(t, 0.080, s.TTFT.Sum, 1e-9, "TTFT is the head write")
-	spans := h.a.TakeSpans()
+	spans := h.a.TakeSpans(nil)
 	require.Len(t, spans, 1)
 	require.EqualValues(t, 4, spans[0].Chunks)
 	require.EqualValues(t, 80*time.Millisecond, spans[0].FirstChunk-spans[0].Start)
@@ -186,7 +186,7 @@ func TestIdleStreamEndsOnce(t *testing.T) {
 	require.Zero(t, h.a.ExpireIdle(time.Now().Add(-time.Hour)), "nothing is idle yet")
 	require.Equal(t, 1, h.a.ExpireIdle(time.Now().Add(time.Second)))
 	require.Zero(t, h.a.OpenCount())
-	spans := h.a.TakeSpans()
+	spans := h.a.TakeSpans(nil)
 	require.Len(t, spans, 1)
 	require.Equal(t, stream.EndIdle, spans[0].EndReason)
 	require.EqualValues(t, 2, spans[0].Chunks)
@@ -199,7 +199,7 @@ func TestIdleStreamEndsOnce(t *testing.T) {
 	require.EqualValues(t, 2, s.Chunks)
 	require.EqualValues(t, 14, s.Bytes)
 	require.EqualValues(t, 1, s.Duration.Count)
-	require.Empty(t, h.a.TakeSpans())
+	require.Empty(t, h.a.TakeSpans(nil))
 }
 
 // steadyStreams are the streams of nsocks sockets, cycling through 8
@@ -300,11 +300,12 @@ func BenchmarkStreamRecords(b *testing.B) {
 			a := mustNew(cfg)
 			streams := steadyStreams(64)
 			replay(a, streams)
-			a.TakeSpans()
+			a.TakeSpans(nil)
 			b.ReportAllocs()
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
 			n := 0
+			var spare []Span
 			for b.Loop() {
 				recs := streams[n%len(streams)]
 				for i := range recs {
@@ -312,7 +313,8 @@ func BenchmarkStreamRecords(b *testing.B) {
 					a.Add(&recs[i])
 				}
 				if n++; n%1024 == 0 {
-					a.TakeSpans()
+					// As the receiver does: the previous buffer goes back.
+					spare = a.TakeSpans(spare)
 				}
 			}
 			runtime.ReadMemStats(&m1)
@@ -321,4 +323,37 @@ func BenchmarkStreamRecords(b *testing.B) {
 			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/records, "allocs/record")
 		})
 	}
+}
+
+func TestSpansBeyondMaxSpansAreDroppedUntilTaken(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxSpans = 2
+	dropped := 0
+	cfg.OnSpanDrop = func() { dropped++ }
+	h := newHarness(cfg)
+	run := func(seq uint32) {
+		h.run(streamaggtest.Stream{Request: fmt.Sprintf("POST /s%d HTTP/1.1\r\n\r\n{\"model\":\"m\"}", seq),
+			Head: sseHead, HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10, 20}, ChunkBytes: 7, Seq: seq})
+	}
+	for seq := range uint32(3) {
+		run(seq + 1)
+	}
+	require.Equal(t, 1, dropped)
+	require.EqualValues(t, 1, h.series(t, "/s3", "m").Duration.Count, "a dropped span's stream is still in the metrics")
+	first := h.a.TakeSpans(nil)
+	require.Len(t, first, 2)
+	require.Equal(t, "/s1", first[0].Path)
+	require.Equal(t, "/s2", first[1].Path)
+
+	// A buffer handed back gathers the spans after the call, cleared of
+	// the spans it held.
+	second := h.a.TakeSpans(first)
+	require.Empty(t, second)
+	require.Equal(t, Span{}, first[:2][1], "what the spare held is cleared")
+	run(4)
+	third := h.a.TakeSpans(second)
+	require.Len(t, third, 1)
+	require.Equal(t, "/s4", third[0].Path)
+	require.Same(t, &first[:1][0], &third[0], "the spare buffer gathered the next spans")
+	require.Equal(t, 1, dropped)
 }

@@ -68,7 +68,7 @@ func TestClientSeries(t *testing.T) {
 	if s.TTFT.Count != 2 || s.Duration.Count != 2 || len(s.TTFT.Counts) != len(TTFCBounds)+1 {
 		t.Errorf("client series: %d times to first chunk (%d buckets), %d durations", s.TTFT.Count, len(s.TTFT.Counts), s.Duration.Count)
 	}
-	spans := a.TakeSpans()
+	spans := a.TakeSpans(nil)
 	if len(spans) != 2 {
 		t.Fatalf("%d spans, want 2", len(spans))
 	}

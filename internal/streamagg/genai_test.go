@@ -71,7 +71,7 @@ func TestGenAIFromRequestAndResponse(t *testing.T) {
 	require.EqualValues(t, 1, s.TPOT.Count)
 	require.InDelta(t, (0.101-0.040)/27, s.TPOT.Sum, 1e-12)
 
-	spans := h.a.TakeSpans()
+	spans := h.a.TakeSpans(nil)
 	require.Len(t, spans, 1)
 	sp := spans[0]
 	require.True(t, sp.TraceParent.Valid, "the traceparent after 6 KiB of headers")
@@ -105,7 +105,7 @@ func TestConfiguredProvider(t *testing.T) {
 	for _, s := range snap {
 		require.Equal(t, "vllm", s.Key.Provider, "%+v", s.Key)
 	}
-	for _, sp := range h.a.TakeSpans() {
+	for _, sp := range h.a.TakeSpans(nil) {
 		require.Equal(t, "vllm", sp.Provider)
 	}
 }
@@ -125,7 +125,7 @@ func TestUnknownFormatAndNoModel(t *testing.T) {
 	require.EqualValues(t, 3, snap[0].Chunks)
 	require.EqualValues(t, 1, snap[0].TTFT.Count)
 	require.Zero(t, snap[0].InputTokens.Count+snap[0].OutputTokens.Count+snap[0].TPOT.Count)
-	sp := h.a.TakeSpans()[0]
+	sp := h.a.TakeSpans(nil)[0]
 	require.Empty(t, sp.Model+sp.ResponseModel+sp.Operation+sp.Provider+sp.APIType)
 	require.Equal(t, genai.Usage{}, sp.Usage)
 }
@@ -142,7 +142,7 @@ func TestUsageOnlyWhenTheStreamEnded(t *testing.T) {
 	require.Equal(t, genai.FormatAnthropic, s.Key.Format)
 	require.Equal(t, genai.ProviderAnthropic, s.Key.Provider)
 	require.Zero(t, s.InputTokens.Count)
-	sp := h.a.TakeSpans()[0]
+	sp := h.a.TakeSpans(nil)[0]
 	require.False(t, sp.Usage.Input.Known, "input tokens of a stream that did not say it ended")
 	require.Equal(t, "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", sp.ResponseID)
 }
@@ -176,7 +176,7 @@ func TestErrorType(t *testing.T) {
 	require.EqualValues(t, 20, s.OutputTokens.Sum)
 	require.EqualValues(t, 7, s.InputTokens.Sum)
 
-	spans := h.a.TakeSpans()
+	spans := h.a.TakeSpans(nil)
 	require.Equal(t, []string{"eos_token"}, spans[0].FinishReasons)
 	require.Equal(t, "", spans[0].ErrorType)
 	require.Equal(t, "generation", spans[1].ErrorType)
@@ -207,7 +207,7 @@ func TestResponseModelFixedAtFirstChunk(t *testing.T) {
 	require.Equal(t, "", k.ResponseModel)
 	require.Equal(t, genai.FormatUnknown, k.Format)
 	require.Equal(t, "", k.Provider)
-	sp := h.a.TakeSpans()[0]
+	sp := h.a.TakeSpans(nil)[0]
 	require.Equal(t, "llama3.2", sp.ResponseModel)
 	require.Equal(t, genai.FormatOllama, sp.Format)
 	require.Equal(t, genai.ProviderOllama, sp.Provider)

@@ -30,7 +30,7 @@ func TestTLSModes(t *testing.T) {
 		snap := h.a.Snapshot()
 		require.Len(t, snap, 1)
 		require.Equal(t, tc.want, snap[0].Key.Mode, "flags %#x", tc.flags)
-		spans := h.a.TakeSpans()
+		spans := h.a.TakeSpans(nil)
 		require.Len(t, spans, 1)
 		require.Equal(t, tc.want.String(), spans[0].Mode.String())
 	}

@@ -32,7 +32,7 @@ func TestRoutesOnMetricsRawPathsOnSpans(t *testing.T) {
 	require.EqualValues(t, 4, h.series(t, "/v1/threads/{id}/runs", "").Chunks, "two streams, one route")
 	require.EqualValues(t, 2, h.series(t, "/v1beta/models/{model}:streamGenerateContent", "gemini-pro").Chunks,
 		"the route hides the model, gen_ai.request.model names it")
-	spans := h.a.TakeSpans()
+	spans := h.a.TakeSpans(nil)
 	require.Len(t, spans, 3)
 	require.Equal(t, "/v1/threads/4242/runs", spans[0].Path)
 	require.Equal(t, "/v1/threads/{id}/runs", spans[0].Route)
@@ -54,7 +54,7 @@ func TestSeriesCapHasAnOverflowSeries(t *testing.T) {
 	require.EqualValues(t, 4, over.Chunks)
 	require.Zero(t, over.Process.PID, "the overflow series belongs to no process")
 	require.EqualValues(t, 4, h.series(t, "/a", "").Chunks)
-	for _, sp := range h.a.TakeSpans() {
+	for _, sp := range h.a.TakeSpans(nil) {
 		require.Equal(t, h.pid, sp.Process.PID, "spans keep their process")
 	}
 }

@@ -97,8 +97,12 @@ func (a *Aggregator) genAI(sp *Span, o *openStream) {
 	sp.Failed = g.ErrorType() != "" || o.head.Status >= 500
 }
 
-// span records a finished stream's span.
+// span records a finished stream's span, if there is room for it.
 func (a *Aggregator) span(o *openStream, rec *stream.Record) {
+	if a.cfg.MaxSpans > 0 && len(a.spans) >= a.cfg.MaxSpans {
+		a.cfg.OnSpanDrop()
+		return
+	}
 	st := &rec.Stats
 	proc := o.ser.Process
 	if proc.PID != o.pid { // the overflow series has no process
@@ -129,11 +133,24 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 	a.spans = append(a.spans, sp)
 }
 
-// TakeSpans returns the span records gathered since the previous call.
-func (a *Aggregator) TakeSpans() []Span {
+// maxSpareSpans bounds the capacity of a buffer handed back to TakeSpans
+// that the aggregator keeps when Config.MaxSpans sets no bound: a burst's
+// buffer is not held for good.
+const maxSpareSpans = 1 << 14
+
+// TakeSpans returns the span records gathered since the previous call,
+// and gathers the next ones into spare (its contents are overwritten).
+// Handing back the slice the previous call returned, once its spans are
+// used, spares the read loop regrowing a buffer from nothing at every
+// call; nil is always fine.
+func (a *Aggregator) TakeSpans(spare []Span) []Span {
+	clear(spare[:cap(spare)])
+	if cap(spare) > max(a.cfg.MaxSpans, maxSpareSpans) {
+		spare = nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := a.spans
-	a.spans = nil
+	a.spans = spare[:0]
 	return out
 }

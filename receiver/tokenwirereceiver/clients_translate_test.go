@@ -45,7 +45,7 @@ func TestClientCallTranslation(t *testing.T) {
 		genai.AttrRequestModel: "m", genai.AttrOperationName: "chat", genai.AttrProviderName: "openai",
 		genai.AttrResponseModel: a[genai.AttrResponseModel], attrStreamMode: "http", attrStreamFormat: "openai"}, a)
 
-	td := r.traceData(r.stAgg.TakeSpans())
+	td := r.traceData(r.stAgg.TakeSpans(nil))
 	require.Equal(t, 1, td.SpanCount())
 	sp := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
 	require.Equal(t, ptrace.SpanKindClient, sp.Kind())

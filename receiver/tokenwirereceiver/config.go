@@ -159,6 +159,7 @@ func createDefaultConfig() *Config {
 			ClientAddress:   true,
 			SeriesExpiry:    15 * time.Minute,
 			Spans:           true,
+			MaxPendingSpans: DefaultMaxPendingSpans,
 			IdleTimeout:     5 * time.Minute,
 			TLS:             defaultStreamsTLS(),
 			Clients:         StreamsClientsConfig{Enabled: true},

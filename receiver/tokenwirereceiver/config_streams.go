@@ -12,6 +12,11 @@ import (
 	"github.com/tokenwire/tokenwire/internal/streamagg"
 )
 
+// DefaultMaxPendingSpans is streams.max_pending_spans' default: 16,384
+// streams a second, far above what LLM servers end, and at most about
+// 20 MB of span records with the buffer being sent.
+const DefaultMaxPendingSpans = 16384
+
 // Bounds of streams.request_capture_bytes. The kernel sends what it
 // captures through the ring buffer, request by request: a megabyte per
 // request is already more than a ring buffer of the default size holds.
@@ -65,6 +70,11 @@ type StreamsConfig struct {
 	SeriesExpiry time.Duration `mapstructure:"series_expiry"`
 	// Spans emits one span per streamed response to traces pipelines.
 	Spans bool `mapstructure:"spans"`
+	// MaxPendingSpans bounds the spans waiting for the next send to the
+	// traces pipelines (every second); the spans of further streams are
+	// dropped and counted, so a stalled pipeline or a flood of short
+	// streams cannot grow the receiver's memory.
+	MaxPendingSpans int `mapstructure:"max_pending_spans"`
 	// TraceParent says what a request's W3C traceparent does to its
 	// span: parent (the span joins the caller's trace), link (the span
 	// starts a trace of its own and links to the caller's: for callers
@@ -143,6 +153,9 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	case TraceParentParent, TraceParentLink, TraceParentIgnore:
 	default:
 		errs = append(errs, fmt.Errorf("streams.traceparent: %q is not one of parent, link, ignore", s.TraceParent))
+	}
+	if s.MaxPendingSpans < 1 {
+		errs = append(errs, fmt.Errorf("streams.max_pending_spans: must be at least 1, got %d", s.MaxPendingSpans))
 	}
 	if s.MaxSeries < 1 {
 		errs = append(errs, fmt.Errorf("streams.max_series: must be at least 1, got %d", s.MaxSeries))

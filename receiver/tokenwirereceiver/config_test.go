@@ -43,7 +43,7 @@ func TestLoadConfig(t *testing.T) {
 				c.Streams = StreamsConfig{
 					Enabled: true, Ports: []int{8000}, Pids: []int{1234}, ProcessNames: []string{"vllm"},
 					MaxSockets: 2048, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
-					MaxPaths: 10, MaxModels: 5, Spans: false, IdleTimeout: 30 * time.Second,
+					MaxPaths: 10, MaxModels: 5, Spans: false, MaxPendingSpans: 1000, IdleTimeout: 30 * time.Second,
 					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
 					RequestCapture: 128 << 10, ResponseDetails: false, ClientAddress: false, Providers: map[string]string{"8000": "vllm"},
 					TLS: StreamsTLSConfig{Enabled: true, Libraries: []string{"libssl", "go"},
@@ -181,6 +181,7 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"route without /", func(c *Config) { c.Streams.Routes = []string{"v1/x"} }, `streams.routes: route "v1/x" does not start with /`},
 		{"route with two wildcards in a segment", func(c *Config) { c.Streams.Routes = []string{"/v1/{a}{b}"} }, `streams.routes: route "/v1/{a}{b}": segment "{a}{b}" needs one {name} at most`},
 		{"no series", func(c *Config) { c.Streams.MaxSeries = 0 }, "streams.max_series: must be at least 1"},
+		{"no pending spans", func(c *Config) { c.Streams.MaxPendingSpans = 0 }, "streams.max_pending_spans: must be at least 1, got 0"},
 		{"bad traceparent mode", func(c *Config) { c.Streams.TraceParent = "trust" }, `streams.traceparent: "trust" is not one of parent, link, ignore`},
 		{"short series expiry", func(c *Config) { c.Streams.SeriesExpiry = time.Second }, "streams.series_expiry: must be at least 1m"},
 		{"short idle timeout", func(c *Config) { c.Streams.IdleTimeout = time.Millisecond }, "streams.idle_timeout: must be at least 1s"},

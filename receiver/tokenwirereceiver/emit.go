@@ -105,7 +105,10 @@ func (r *tokenwireReceiver) emitSpans(ctx context.Context) {
 	if r.stAgg == nil {
 		return
 	}
-	spans := r.stAgg.TakeSpans()
+	// traceData copies what it needs, so the buffer goes back to the
+	// aggregator at the next call.
+	spans := r.stAgg.TakeSpans(r.spareSpans)
+	r.spareSpans = spans
 	r.nextMu.Lock()
 	next := r.traces
 	r.nextMu.Unlock()

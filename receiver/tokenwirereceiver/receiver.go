@@ -52,6 +52,9 @@ type tokenwireReceiver struct {
 	hsAgg      *handshakeagg.Aggregator
 	streams    *stream.Tracer
 	stAgg      *streamagg.Aggregator
+	// spareSpans is the span buffer emitSpans hands back to stAgg; only
+	// the emit loop and stop (after the loop ended) touch it.
+	spareSpans []streamagg.Span
 	wall       int64 // added to a kernel timestamp, gives Unix ns
 	xdp        *xdpState
 	status     []capabilityStatus // every enabled capability, up or not
@@ -317,6 +320,7 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 		r.emitSpans(ctx)
 	}
 	r.handshakes, r.streams, r.hsAgg, r.stAgg = nil, nil, nil, nil
+	r.spareSpans = nil
 	if r.xdp != nil {
 		// Detaching restores the interfaces: traffic passes unfiltered.
 		errs = append(errs, r.xdp.filter.Close())

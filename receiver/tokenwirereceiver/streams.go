@@ -75,10 +75,12 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		Providers:         r.cfg.Streams.providers(),
 		NoResponseDetails: !r.cfg.Streams.ResponseDetails,
 		Spans:             r.cfg.Streams.Spans,
+		MaxSpans:          r.cfg.Streams.MaxPendingSpans,
 		ClientHosts:       r.cfg.Streams.Clients.hosts(),
 		OnSkip:            func(reason string) { r.telemetry.ReceiverTokenwireStreamsSkipped.Add(ctx, 1, skipped[reason]) },
 		OnEvict:           func() { r.telemetry.ReceiverTokenwireStreamEvictions.Add(ctx, 1) },
 		OnOverflow:        func() { r.telemetry.ReceiverTokenwireStreamSeriesOverflow.Add(ctx, 1) },
+		OnSpanDrop:        func() { r.telemetry.ReceiverTokenwireSpansDropped.Add(ctx, 1) },
 	}, procinfo.NewCache(4096))
 	if err != nil {
 		tr.Close()

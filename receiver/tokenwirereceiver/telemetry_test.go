@@ -3,12 +3,15 @@ package tokenwirereceiver
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -88,4 +91,78 @@ func TestSelfTelemetry(t *testing.T) {
 	require.True(t, slices.ContainsFunc(untracked.Data.(metricdata.Sum[int64]).DataPoints, func(dp metricdata.DataPoint[int64]) bool {
 		return dp.Attributes.Equals(&want)
 	}), "no handshake start_not_seen point")
+}
+
+// TestStalledTracesPipelineHoldsAtMostMaxPendingSpans stalls the traces
+// pipeline in its first call: of the streams that end meanwhile, the
+// receiver keeps streams.max_pending_spans spans, counts the rest as
+// dropped, and sends what it kept once the pipeline moves again.
+func TestStalledTracesPipelineHoldsAtMostMaxPendingSpans(t *testing.T) {
+	bpftest.Require(t)
+	srv := teststack.ServeHTTP(t, sseServer(time.Millisecond, time.Millisecond, 2))
+
+	tel := componenttest.NewTelemetry()
+	defer tel.Shutdown(context.Background())
+	set := receivertest.NewNopSettings(metadata.Type)
+	set.TelemetrySettings = tel.NewTelemetrySettings()
+	cfg := streamConfig(srv.Port, 100*time.Millisecond)
+	cfg.Streams.MaxPendingSpans = 2
+
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	sent := 0
+	next, err := consumer.NewTraces(func(_ context.Context, td ptrace.Traces) error {
+		mu.Lock()
+		first := sent == 0
+		sent += td.SpanCount()
+		mu.Unlock()
+		if first {
+			close(stalled)
+			<-release
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	r, err := NewFactory().CreateTraces(context.Background(), set, cfg, next)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background(), componenttest.NewNopHost()))
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		require.NoError(t, r.Shutdown(context.Background()))
+	}()
+	sentSpans := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent
+	}
+	dropped := func() int64 {
+		m, err := tel.GetMetric("otelcol_receiver_tokenwire_spans_dropped")
+		if err != nil {
+			return 0
+		}
+		var n int64
+		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			n += dp.Value
+		}
+		return n
+	}
+
+	require.NoError(t, teststack.Fetch(nil, "GET", srv.URL+"/", ""))
+	select {
+	case <-stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first span was not sent within 5s")
+	}
+	require.NoError(t, teststack.FetchAll(nil, 5, "GET", srv.URL+"/", ""))
+	require.Eventually(t, func() bool { return dropped() >= 3 }, 5*time.Second, 20*time.Millisecond,
+		"5 streams ended while the pipeline stalled, 2 spans pending at most")
+	close(release)
+	released = true
+	require.Eventually(t, func() bool { return sentSpans() >= 3 }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, r.Shutdown(context.Background()))
+	require.Equal(t, 3, sentSpans(), "the first span and the two kept")
+	require.EqualValues(t, 3, dropped())
 }

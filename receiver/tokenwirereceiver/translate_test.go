@@ -100,7 +100,7 @@ func TestTranslationGolden(t *testing.T) {
 	}
 
 	md := r.metricsNow(pcommon.Timestamp(2e9))
-	td := r.traceData(r.stAgg.TakeSpans())
+	td := r.traceData(r.stAgg.TakeSpans(nil))
 	metricsFile, tracesFile := filepath.Join("testdata", "expected_metrics.yaml"), filepath.Join("testdata", "expected_traces.yaml")
 	if *updateGolden {
 		require.NoError(t, golden.WriteMetrics(t, metricsFile, md))
@@ -132,7 +132,7 @@ func BenchmarkEmission(b *testing.B) {
 			r.stAgg.Add(&recs[j])
 		}
 	}
-	spans := r.stAgg.TakeSpans()
+	spans := r.stAgg.TakeSpans(nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = r.metricsNow(pcommon.Timestamp(2e9))
@@ -153,7 +153,7 @@ func TestUntrustedTraceParent(t *testing.T) {
 		for i := range recs {
 			r.stAgg.Add(&recs[i])
 		}
-		sp := r.traceData(r.stAgg.TakeSpans()).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
+		sp := r.traceData(r.stAgg.TakeSpans(nil)).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
 		joined := sp.TraceID().String() == "0af7651916cd43dd8448eb211c80319c"
 		require.Equal(t, mode == TraceParentParent, joined, mode)
 		require.Equal(t, mode == TraceParentParent, !sp.ParentSpanID().IsEmpty(), mode)
@@ -176,7 +176,7 @@ func TestSpansWithoutClientAddress(t *testing.T) {
 		for i := range recs {
 			r.stAgg.Add(&recs[i])
 		}
-		a := r.traceData(r.stAgg.TakeSpans()).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes()
+		a := r.traceData(r.stAgg.TakeSpans(nil)).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes()
 		for _, key := range []string{"client.address", "client.port"} {
 			_, ok := a.Get(key)
 			require.Equal(t, on, ok, "%s with client_address %v", key, on)

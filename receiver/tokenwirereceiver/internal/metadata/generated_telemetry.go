@@ -34,6 +34,7 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireProgramsAttached     metric.Int64ObservableGauge
 	ReceiverTokenwireRecordsLost          metric.Int64ObservableCounter
 	ReceiverTokenwireRecordsRead          metric.Int64Counter
+	ReceiverTokenwireSpansDropped         metric.Int64Counter
 	ReceiverTokenwireStreamEvictions      metric.Int64Counter
 	ReceiverTokenwireStreamSeriesExpired  metric.Int64Counter
 	ReceiverTokenwireStreamSeriesOverflow metric.Int64Counter
@@ -300,6 +301,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_records_read",
 		metric.WithDescription("Records read from the kernel's ring buffers. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireSpansDropped, err = builder.meter.Int64Counter(
+		"otelcol_receiver_tokenwire_spans_dropped",
+		metric.WithDescription("Stream spans dropped because streams.max_pending_spans spans were already waiting for the next send to the traces pipelines (sent every second); their streams are still in the metrics. [Development]"),
+		metric.WithUnit("{span}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireStreamEvictions, err = builder.meter.Int64Counter(

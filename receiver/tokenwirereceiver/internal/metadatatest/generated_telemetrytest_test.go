@@ -69,6 +69,7 @@ func TestSetupTelemetry(t *testing.T) {
 		return nil
 	}))
 	tb.ReceiverTokenwireRecordsRead.Add(context.Background(), 1)
+	tb.ReceiverTokenwireSpansDropped.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamEvictions.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamSeriesExpired.Add(context.Background(), 1)
 	tb.ReceiverTokenwireStreamSeriesOverflow.Add(context.Background(), 1)
@@ -89,6 +90,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverTokenwireRecordsRead(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverTokenwireSpansDropped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverTokenwireStreamEvictions(t, testTel,
