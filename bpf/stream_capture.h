@@ -25,15 +25,11 @@ struct {
 	__type(value, struct payload_buf);
 } tw_st_buf SEC(".maps");
 
-/* payload_start returns the scratch record with its header filled for a
- * record of kind about the stream in st. */
-static __always_inline struct payload_buf *payload_start(const struct sock *sk, const struct stream_state *st,
-							 __u8 kind, __u8 flags, __u64 total)
+/* payload_head fills b's header for a record of kind about the stream in
+ * st. */
+static __always_inline void payload_head(struct payload_buf *b, const struct sock *sk, const struct stream_state *st,
+					 __u8 kind, __u8 flags, __u64 total)
 {
-	__u32 zero = 0;
-	struct payload_buf *b = bpf_map_lookup_elem(&tw_st_buf, &zero);
-	if (!b)
-		return NULL;
 	b->h.id.sock = (__u64)sk;
 	b->h.id.gen = st->gen;
 	/* In IDLE the only payload is the head of a response written after a
@@ -48,6 +44,18 @@ static __always_inline struct payload_buf *payload_start(const struct sock *sk, 
 	b->h.pid = bpf_get_current_pid_tgid() >> 32;
 	b->h.client = st->client;
 	bpf_get_current_comm(b->h.comm, sizeof(b->h.comm));
+}
+
+/* payload_start returns the scratch record with its header filled for a
+ * record of kind about the stream in st. */
+static __always_inline struct payload_buf *payload_start(const struct sock *sk, const struct stream_state *st,
+							 __u8 kind, __u8 flags, __u64 total)
+{
+	__u32 zero = 0;
+	struct payload_buf *b = bpf_map_lookup_elem(&tw_st_buf, &zero);
+	if (!b)
+		return NULL;
+	payload_head(b, sk, st, kind, flags, total);
 	return b;
 }
 

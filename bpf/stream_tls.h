@@ -52,9 +52,13 @@ struct tls_call {
 	__u32 _pad;
 	/* A client's write call that returned before its socket was known
 	 * (a memory BIO: the socket is written after the call): it starts a
-	 * call at the thread's next write of a client TLS socket, unread (its
-	 * plaintext buffer may be freed and reused by then). */
+	 * call at the thread's next write of a client TLS socket. Its
+	 * plaintext buffer may be freed by then (Node frees the copy it
+	 * makes of a request written before the handshake ended), so its
+	 * first slice was copied at its return (tw_st_tls_pend): pend_n
+	 * bytes, 0 if the copy failed. */
 	__u64 pend_ssl;
+	__s64 pend_n;
 };
 
 struct {

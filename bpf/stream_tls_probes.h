@@ -21,6 +21,67 @@
 #ifndef TOKENWIRE_STREAM_TLS_PROBES_H
 #define TOKENWIRE_STREAM_TLS_PROBES_H
 
+/* The first slice of the plaintext of a client's write call that returned
+ * before its socket was known (tls_call.pend_ssl), by thread, as a request
+ * record whose header is filled when the socket is. A thread has one at a
+ * time; 256 threads' worth is 1 MiB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct tls_call_key);
+	__type(value, struct payload_buf);
+} tw_st_tls_pend SEC(".maps");
+
+/* pend_copy copies the first slice of the n bytes of plaintext at buf to
+ * the thread's pending record, if they begin an HTTP request: the write
+ * calls of a probed process on connections it never tells a socket of
+ * (a server's, on a port nobody watches) pay a 4-byte read, not the copy. */
+static __always_inline int pend_copy(const struct tls_call_key *key, __u64 buf, __s64 n)
+{
+	char m[4];
+	if (n < (__s64)sizeof(m) || bpf_probe_read_user(m, sizeof(m), (const void *)buf))
+		return -1;
+	if (!(m[0] == 'P' && m[1] == 'O' && m[2] == 'S' && m[3] == 'T') &&
+	    !(m[0] == 'G' && m[1] == 'E' && m[2] == 'T' && m[3] == ' ') &&
+	    !(m[0] == 'P' && m[1] == 'U' && m[2] == 'T' && m[3] == ' ') &&
+	    !(m[0] == 'P' && m[1] == 'A' && m[2] == 'T' && m[3] == 'C') &&
+	    !(m[0] == 'D' && m[1] == 'E' && m[2] == 'L' && m[3] == 'E'))
+		return -1;
+	__u32 zero = 0;
+	struct payload_buf *b = bpf_map_lookup_elem(&tw_st_buf, &zero);
+	if (!b)
+		return -1;
+	__u64 len = read_size(n > TW_REQ_SLICE ? TW_REQ_SLICE : n, TW_REQ_SLICE);
+	if (bpf_probe_read_user(b->data, len, (const void *)buf))
+		return -1;
+	b->h.id.len = len;
+	b->h.total = n;
+	return bpf_map_update_elem(&tw_st_tls_pend, key, b, BPF_ANY);
+}
+
+/* pend_send sends the thread's pending record, of a write call of n bytes,
+ * as the first request bytes of the call just begun on sk. */
+static __always_inline void pend_send(const struct tls_call_key *key, const struct sock *sk, struct stream_state *st,
+				      __s64 n)
+{
+	struct payload_buf *p = bpf_map_lookup_elem(&tw_st_tls_pend, key);
+	if (!p)
+		return;
+	if (p->h.total == (__u32)n && st->req_captured < request_capture_max) {
+		__u64 len = p->h.id.len;
+		if (len > request_capture_max - st->req_captured)
+			len = request_capture_max - st->req_captured;
+		len = read_size(len, TW_REQ_SLICE);
+		payload_head(p, sk, st, TW_REC_REQUEST, 0, n);
+		p->h.offset = st->req_captured;
+		p->h.id.len = len;
+		if (bpf_ringbuf_output(&tw_st_events, p, sizeof(p->h) + len, submit_flags(&tw_st_events)))
+			count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+	}
+	st->req_captured += n;
+	bpf_map_delete_elem(&tw_st_tls_pend, key);
+}
+
 /* plain_state is the state of a plaintext-driven TLS connection, if sk is
  * still the connection gen names. */
 static __always_inline struct stream_state *plain_state(__u64 sk, __u64 gen)
@@ -198,13 +259,16 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
 		c->wr_nest--;
 		return 0;
 	}
-	if (call_bytes(ret, c->wr_lenp) <= 0) {
+	__s64 n = call_bytes(ret, c->wr_lenp);
+	if (n <= 0) {
 		if (c->wr_done) { /* accounted: its retry is no new write */
 			c->retry_ssl = c->wr_ssl;
 			c->retry_buf = c->wr_buf;
 		}
 	} else if (!c->wr_done) {
 		c->pend_ssl = c->wr_ssl;
+		/* Go writes its socket inside the call: no copy is needed. */
+		c->pend_n = !key->by_g && !pend_copy(key, c->wr_buf, n) ? n : 0;
 	}
 	c->wr_ssl = 0;
 	return 0;
@@ -216,22 +280,25 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
  * that socket's, and its plaintext the request, unless accounted at the
  * call's entry already. After a write call that returned before its
  * socket was known (a memory BIO: Node's first request on a connection),
- * the write starts a call whose request is not read. */
+ * the write starts a call whose request is the first slice copied at that
+ * call's return. */
 static __always_inline void client_note_write_by(const struct tls_call_key *key, const struct sock *sk, __u64 gen)
 {
 	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
 	if (!c)
 		return;
 	__u64 ssl = c->wr_ssl;
-	__s64 n = c->wr_n;
-	if (ssl && c->wr_done)
+	__s64 n = c->wr_n, pend = 0;
+	if (ssl && c->wr_done) {
 		n = 0;
-	else if (ssl)
+	} else if (ssl) {
 		c->wr_done = 1;
-	else if (!(ssl = c->pend_ssl))
+	} else if (!(ssl = c->pend_ssl)) {
 		return;
-	else
+	} else {
 		n = -1;
+		pend = c->pend_n;
+	}
 	c->pend_ssl = 0;
 	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = ssl};
 	struct tls_conn conn = {.sk = (__u64)sk, .gen = gen};
@@ -239,10 +306,13 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 	struct stream_state *st = plain_state((__u64)sk, gen);
 	if (!st || !st->client || !n)
 		return;
-	if (n > 0)
+	if (n > 0) {
 		client_plain_request(sk, st, (const char *)c->wr_buf, n);
-	else
-		client_request(sk, st, bpf_ktime_get_ns());
+		return;
+	}
+	client_request(sk, st, bpf_ktime_get_ns());
+	if (pend > 0)
+		pend_send(key, sk, st, pend);
 }
 
 /* tls_proc_reads says whether the calls of the current process are read:

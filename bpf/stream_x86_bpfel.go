@@ -126,6 +126,7 @@ type StreamTlsCall struct {
 	WrDone   uint32
 	Pad      uint32
 	PendSsl  uint64
+	PendN    int64
 }
 
 type StreamTlsCallKey struct {
@@ -264,6 +265,7 @@ const (
 	StreamMapTwStSocks             = "tw_st_socks"
 	StreamMapTwStTlsCalls          = "tw_st_tls_calls"
 	StreamMapTwStTlsConns          = "tw_st_tls_conns"
+	StreamMapTwStTlsPend           = "tw_st_tls_pend"
 	StreamMapTwStTlsProcs          = "tw_st_tls_procs"
 	StreamProgTwStReadyBtf         = "tw_st_ready_btf"
 	StreamProgTwStReadyFe          = "tw_st_ready_fe"
@@ -426,6 +428,7 @@ type StreamMapSpecs struct {
 	TwStSocks    *ebpf.MapSpec `ebpf:"tw_st_socks"`
 	TwStTlsCalls *ebpf.MapSpec `ebpf:"tw_st_tls_calls"`
 	TwStTlsConns *ebpf.MapSpec `ebpf:"tw_st_tls_conns"`
+	TwStTlsPend  *ebpf.MapSpec `ebpf:"tw_st_tls_pend"`
 	TwStTlsProcs *ebpf.MapSpec `ebpf:"tw_st_tls_procs"`
 }
 
@@ -498,6 +501,7 @@ type StreamMaps struct {
 	TwStSocks    *ebpf.Map `ebpf:"tw_st_socks"`
 	TwStTlsCalls *ebpf.Map `ebpf:"tw_st_tls_calls"`
 	TwStTlsConns *ebpf.Map `ebpf:"tw_st_tls_conns"`
+	TwStTlsPend  *ebpf.Map `ebpf:"tw_st_tls_pend"`
 	TwStTlsProcs *ebpf.Map `ebpf:"tw_st_tls_procs"`
 }
 
@@ -513,6 +517,7 @@ func (m *StreamMaps) Close() error {
 		m.TwStSocks,
 		m.TwStTlsCalls,
 		m.TwStTlsConns,
+		m.TwStTlsPend,
 		m.TwStTlsProcs,
 	)
 }

@@ -246,6 +246,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"tw_st_tls_procs": t.maps.TwStTlsProcs,
 		"tw_st_tls_calls": t.maps.TwStTlsCalls,
 		"tw_st_tls_conns": t.maps.TwStTlsConns,
+		"tw_st_tls_pend":  t.maps.TwStTlsPend,
 	}
 	t.spec, t.mapRepl = spec, maps
 	for _, p := range hookPoints(recvArgs, recvErr) {
