@@ -60,10 +60,21 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 	if a.cfg.Spans {
 		o.span = spanHead{isHTTP: respOK, status: o.head.Status, traceParent: o.tp.TraceParent()}
 		if reqOK && respOK {
-			o.span.path, o.span.model = string(path), string(o.req.Model())
-			o.span.route = string(a.routes.route(path))
+			o.span.route = exact(key.Route, a.routes.route(path))
+			o.span.path = exact(o.span.route, path)
+			o.span.model = exact(key.Model, o.req.Model())
 		}
 	}
+}
+
+// exact returns b as a string: interned when it is b's value (a series
+// attribute that is not OtherValue, a path that is its route), which
+// spares a span an allocation per value in the common case.
+func exact(interned string, b []byte) string {
+	if interned == string(b) {
+		return interned
+	}
+	return string(b)
 }
 
 func (a *Aggregator) selected(o *openStream) bool {

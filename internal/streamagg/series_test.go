@@ -54,9 +54,30 @@ func TestSeriesCapHasAnOverflowSeries(t *testing.T) {
 	require.EqualValues(t, 4, over.Chunks)
 	require.Zero(t, over.Process.PID, "the overflow series belongs to no process")
 	require.EqualValues(t, 4, h.series(t, "/a", "").Chunks)
-	for _, sp := range h.a.TakeSpans(nil) {
+	spans := h.a.TakeSpans(nil)
+	require.Len(t, spans, 5)
+	for i, sp := range spans {
 		require.Equal(t, h.pid, sp.Process.PID, "spans keep their process")
+		p := []string{"/a", "/b", "/c", "/d", "/a"}[i]
+		require.Equal(t, p, sp.Path, "spans keep their path and route beyond the cap")
+		require.Equal(t, p, sp.Route)
 	}
+}
+
+// A span's route, path and models are its own values whatever the series
+// caps made of the metrics' attributes.
+func TestSpanValuesBeyondTheValueCaps(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxPaths, cfg.MaxModels = 1, 1
+	h := newHarness(cfg)
+	h.run(simple(1, "/v1/chat/completions", "a"))
+	h.run(simple(2, "/v1/completions", "b"))
+	require.EqualValues(t, 2, h.series(t, OtherValue, OtherValue).Chunks)
+	spans := h.a.TakeSpans(nil)
+	require.Len(t, spans, 2)
+	require.Equal(t, "/v1/completions", spans[1].Path)
+	require.Equal(t, "/v1/completions", spans[1].Route)
+	require.Equal(t, "b", spans[1].Model)
 }
 
 // A series whose process exited goes once SeriesExpiry has passed since

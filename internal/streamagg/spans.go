@@ -83,7 +83,7 @@ func (a *Aggregator) genAI(sp *Span, o *openStream) {
 	}
 	sp.APIType = genai.OpenAIAPIType(g.Format, sp.Operation)
 	if m := g.Model(); len(m) > 0 {
-		sp.ResponseModel = string(m)
+		sp.ResponseModel = exact(o.key.ResponseModel, m)
 	}
 	if id := g.ID(); len(id) > 0 {
 		sp.ResponseID = string(id)
