@@ -138,15 +138,25 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 // buffer is not held for good.
 const maxSpareSpans = 1 << 14
 
+// newSpanBuffer returns an empty span buffer. With Config.MaxSpans set it
+// holds that many from the start, so the read loop never grows it: a
+// flood would otherwise copy megabytes of spans at each doubling while
+// the ring fills. Its pages become resident only as spans are written.
+func (a *Aggregator) newSpanBuffer() []Span {
+	if a.cfg.MaxSpans <= 0 {
+		return nil
+	}
+	return make([]Span, 0, a.cfg.MaxSpans)
+}
+
 // TakeSpans returns the span records gathered since the previous call,
-// and gathers the next ones into spare (its contents are overwritten).
-// Handing back the slice the previous call returned, once its spans are
-// used, spares the read loop regrowing a buffer from nothing at every
-// call; nil is always fine.
+// and gathers the next ones into spare. Handing back the slice the
+// previous call returned, as it was returned, once its spans are used,
+// spares allocating a buffer at every call; nil is always fine.
 func (a *Aggregator) TakeSpans(spare []Span) []Span {
-	clear(spare[:cap(spare)])
-	if cap(spare) > max(a.cfg.MaxSpans, maxSpareSpans) {
-		spare = nil
+	clear(spare) // beyond its length it holds nothing
+	if cap(spare) > max(a.cfg.MaxSpans, maxSpareSpans) || (a.cfg.MaxSpans > 0 && cap(spare) < a.cfg.MaxSpans) {
+		spare = a.newSpanBuffer()
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
