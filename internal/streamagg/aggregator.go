@@ -163,9 +163,6 @@ func New(cfg Config, procs *procinfo.Cache) (*Aggregator, error) {
 		a.names[n] = true
 	}
 	a.initClients()
-	if cfg.Spans {
-		a.spans = a.newSpanBuffer()
-	}
 	if a.cfg.OnSkip == nil {
 		a.cfg.OnSkip = func(string) {}
 	}

@@ -357,3 +357,21 @@ func TestSpansBeyondMaxSpansAreDroppedUntilTaken(t *testing.T) {
 	require.Same(t, &first[:1][0], &third[0], "the spare buffer gathered the next spans")
 	require.Equal(t, 1, dropped)
 }
+
+// A span buffer past spanGrowthJump grows once, to MaxSpans, not by
+// doubling; below it, it stays small.
+func TestSpanBufferGrowsToMaxSpansInOneStep(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxSpans = 3000
+	h := newHarness(cfg)
+	seq := uint32(0)
+	for len(h.a.spans) < spanGrowthJump || len(h.a.spans) < cap(h.a.spans) {
+		seq++
+		h.run(simple(seq, "/v1/chat/completions", "m"))
+		require.Less(t, cap(h.a.spans), 2*spanGrowthJump, "below the jump a buffer doubles")
+	}
+	seq++
+	h.run(simple(seq, "/v1/chat/completions", "m"))
+	require.Equal(t, 3000, cap(h.a.spans), "a full buffer past the jump grows to MaxSpans")
+	require.Len(t, h.a.TakeSpans(nil), int(seq))
+}

@@ -130,6 +130,11 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 	} else {
 		sp.Provider = a.provider(sp.Port, genai.FormatUnknown)
 	}
+	if n := cap(a.spans); len(a.spans) == n && n >= spanGrowthJump && n < a.cfg.MaxSpans {
+		grown := make([]Span, len(a.spans), a.cfg.MaxSpans)
+		copy(grown, a.spans)
+		a.spans = grown
+	}
 	a.spans = append(a.spans, sp)
 }
 
@@ -138,25 +143,20 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 // buffer is not held for good.
 const maxSpareSpans = 1 << 14
 
-// newSpanBuffer returns an empty span buffer. With Config.MaxSpans set it
-// holds that many from the start, so the read loop never grows it: a
-// flood would otherwise copy megabytes of spans at each doubling while
-// the ring fills. Its pages become resident only as spans are written.
-func (a *Aggregator) newSpanBuffer() []Span {
-	if a.cfg.MaxSpans <= 0 {
-		return nil
-	}
-	return make([]Span, 0, a.cfg.MaxSpans)
-}
+// spanGrowthJump is the capacity from which a span buffer that must grow
+// goes straight to Config.MaxSpans: a flood would otherwise have the read
+// loop copy megabytes of spans at each doubling while the ring fills, and
+// a collector that sees few streams keeps small buffers.
+const spanGrowthJump = 1024
 
 // TakeSpans returns the span records gathered since the previous call,
 // and gathers the next ones into spare. Handing back the slice the
 // previous call returned, as it was returned, once its spans are used,
-// spares allocating a buffer at every call; nil is always fine.
+// spares growing a buffer at every call; nil is always fine.
 func (a *Aggregator) TakeSpans(spare []Span) []Span {
 	clear(spare) // beyond its length it holds nothing
-	if cap(spare) > max(a.cfg.MaxSpans, maxSpareSpans) || (a.cfg.MaxSpans > 0 && cap(spare) < a.cfg.MaxSpans) {
-		spare = a.newSpanBuffer()
+	if cap(spare) > max(a.cfg.MaxSpans, maxSpareSpans) {
+		spare = nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
