@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -86,7 +87,9 @@ func TestGoTLSClientCalls(t *testing.T) {
 //   - discovered: at its first call. The connection began before the
 //     process was probed (its ClientHello is what reports the process),
 //     so its first call is not read, and every call read after the probe
-//     attached is exact.
+//     attached is exact. A call the probe attached in the middle of is
+//     timed from its body's write call, its request unread ("call
+//     {port}"): allowed for the first call read.
 //   - scanned: the scan probes it (the script selected by name waits
 //     before it connects): every call is read.
 //   - system_wide: the shared libssl is probed for every process from
@@ -136,8 +139,14 @@ func TestScriptTLSClientCalls(t *testing.T) {
 					require.Len(t, spans, calls)
 				}
 				require.GreaterOrEqual(t, len(spans), calls/2, "the calls after the probe attached")
-				for _, sp := range spans {
+				for i, sp := range spans {
 					require.Equal(t, "tls", sp.Attributes().AsRaw()[attrStreamMode])
+					if how == "discovered" && i == 0 && sp.Name() == fmt.Sprintf("call %d", srv.Port) {
+						// Probed while it ran: the probe attached between the
+						// call's write calls (Python writes the head and the
+						// body in two), so the call began at its body.
+						continue
+					}
 					require.Equal(t, "chat m", sp.Name(), "%v", sp.Attributes().AsRaw())
 				}
 				checkScriptCalls(t, spans, res, tlsThink)
