@@ -30,7 +30,12 @@
  * the call. A process not probed yet is reported to user space once, and
  * its connection is readied for plaintext all the same
  * (client_tls_begin): its calls are read from the first one its
- * library's uprobes see. Part of stream.bpf.c.
+ * library's uprobes see, and until then (TLS_WAIT) timed from their
+ * record headers, as a connection of a process that cannot be probed is
+ * throughout (opaque: stream_tls_records.h, with the directions swapped:
+ * the client's application-data writes are its request, the first
+ * application-data read after it starts the response, and every one is
+ * a chunk). Part of stream.bpf.c.
  */
 #ifndef TOKENWIRE_STREAM_CLIENT_H
 #define TOKENWIRE_STREAM_CLIENT_H
@@ -119,6 +124,16 @@ static __always_inline void client_request(const struct sock *sk, struct stream_
 	st->pid = bpf_get_current_pid_tgid() >> 32;
 }
 
+/* plain_read_now says a call of a connection readied for plaintext was
+ * read: its record headers no longer time it. */
+static __always_inline void plain_read_now(struct stream_state *st)
+{
+	if (!(st->tls & TLS_WAIT))
+		return;
+	st->tls &= ~TLS_WAIT;
+	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
+}
+
 /* client_plain_request accounts n bytes of request plaintext at buf that
  * a client handed its TLS library. */
 static __always_inline void client_plain_request(const struct sock *sk, struct stream_state *st, const char *buf,
@@ -126,6 +141,7 @@ static __always_inline void client_plain_request(const struct sock *sk, struct s
 {
 	if (n <= 0)
 		return;
+	plain_read_now(st);
 	client_request(sk, st, bpf_ktime_get_ns());
 	capture_from(sk, st, buf, n, n);
 }
@@ -135,7 +151,10 @@ static __always_inline void client_plain_request(const struct sock *sk, struct s
 static __always_inline void client_plain_read(const struct sock *sk, struct stream_state *st, const char *buf,
 					      __s64 n)
 {
-	if (n <= 0 || st->state == TW_ST_IDLE)
+	if (n <= 0)
+		return;
+	plain_read_now(st);
+	if (st->state == TW_ST_IDLE)
 		return;
 	__u64 now = bpf_ktime_get_ns();
 	account_write(sk, st, peek_plain(sk, st, buf, n), n, now);
@@ -143,10 +162,10 @@ static __always_inline void client_plain_read(const struct sock *sk, struct stre
 
 /* client_tls_begin marks a client connection that began with a
  * ClientHello as TLS, and readies it for plaintext unless its process is
- * known to have no library the probes know: a client's TLS has no opaque
- * mode, so nothing is lost if its process is never probed, and when it is
- * (a file probed system-wide, or user space probing it now that it was
- * told), the connection's calls are read from the first one probed. */
+ * known to have no library the probes know: if it is never probed, the
+ * record headers time it all the same (TLS_WAIT), and when it is (a file
+ * probed system-wide, or user space probing it now that it was told), the
+ * connection's calls are read from the first one probed. */
 static __always_inline void client_tls_begin(const struct sock *sk, struct stream_state *st)
 {
 	tls_begin(sk, st);
@@ -159,21 +178,71 @@ static __always_inline void client_tls_begin(const struct sock *sk, struct strea
 	tls_plain(sk, st, 0);
 }
 
-/* client_tls_sent handles a socket write of a client's TLS connection:
- * one whose process got probed since it began becomes plaintext-driven
- * now; a plaintext-driven one tells the write call in flight its socket. */
-static __always_inline int client_tls_sent(const struct sock *sk, struct stream_state *st)
+/* waiting returns the state of a connection readied for plaintext no
+ * call of which was read yet (TLS_WAIT), or NULL. It waits for a call,
+ * not for its process to be probed: a probe that attaches during a read
+ * call misses the call's entry, and so its bytes, and a socket read that
+ * both the records and the call it feeds account is one chunk (chunk
+ * coalesces them). The socket's own copy of a moved state (st) drops
+ * TLS_WAIT once the state did, so that no later event looks it up. */
+static __always_inline struct stream_state *waiting(const struct sock *sk, struct stream_state *st)
+{
+	if (!(st->tls & TLS_WAIT))
+		return NULL;
+	struct stream_state *real = st;
+	if ((st->tls & TLS_MOVED) && !(real = moved_state(sk)))
+		return NULL;
+	if (real->tls & TLS_WAIT)
+		return real;
+	st->tls &= ~TLS_WAIT;
+	return NULL;
+}
+
+/* client_send_opaque accounts a write of ret bytes by a client on a TLS
+ * connection no uprobe reads: its request's application data starts the
+ * call, or moves its start. */
+static __always_inline void client_send_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
+{
+	if (!request_records(st, ret, &st->tx_left))
+		return;
+	client_request(sk, st, bpf_ktime_get_ns());
+	st->rx_mark = BPF_CORE_READ((const struct tcp_sock *)sk, rcv_nxt);
+}
+
+/* client_recv_opaque accounts a read of ret bytes by a client on a TLS
+ * connection no uprobe reads: a chunk when it is the response's, which
+ * the first one is only if it holds bytes the server sent after it could
+ * have read the request (rx_mark). */
+static __always_inline void client_recv_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
+{
+	if (!response_records(st, ret, &st->rx_left, &st->rx_app) || st->state == TW_ST_IDLE)
+		return;
+	if (st->state == TW_ST_REQUEST &&
+	    (__s32)(BPF_CORE_READ((const struct tcp_sock *)sk, copied_seq) - st->rx_mark) <= 0)
+		return;
+	account_write(sk, st, 0, ret, bpf_ktime_get_ns());
+}
+
+/* client_tls_sent handles a socket write of ret bytes of a client's TLS
+ * connection: one whose process got probed since it began becomes
+ * plaintext-driven now; a plaintext-driven one tells the write call in
+ * flight its socket; one whose calls are not read is timed from its
+ * records. */
+static __always_inline int client_tls_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (!(st->tls & TLS_PLAIN)) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 		struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
-		if (!p || p->state != TW_TLS_PROC_PROBED)
+		if (p && p->state == TW_TLS_PROC_PROBED)
+			tls_plain(sk, st, p->libs);
+		if (!(st->tls & TLS_PLAIN)) {
+			client_send_opaque(sk, st, ret);
 			return 0;
-		tls_plain(sk, st, p->libs);
-		if (!(st->tls & TLS_PLAIN))
-			return 0;
+		}
 	}
 	note_call(sk, st, 1);
+	if ((st = waiting(sk, st)))
+		client_send_opaque(sk, st, ret);
 	return 0;
 }
 
@@ -208,13 +277,13 @@ static __always_inline int client_sent(const struct sock *sk, int ret, const int
 		st->client = 1;
 		if (client_tls(ret)) {
 			client_tls_begin(sk, st);
-			return 0;
+			return 0; /* the ClientHello: one record, no request */
 		}
 	}
 	if (!st->client)
 		return 0;
 	if (st->tls)
-		return client_tls_sent(sk, st);
+		return client_tls_sent(sk, st, ret);
 	client_request(sk, st, now);
 	capture_write(sk, st, ret);
 	return 0;
@@ -230,15 +299,18 @@ static __always_inline int client_recv(const struct sock *sk, int ret, const int
 	struct stream_state *st = state_of(sk);
 	if (!st || !st->client)
 		return 0;
-	if (st->tls & TLS_PLAIN) {
-		if (ret > 0) {
+	if (st->tls) {
+		if (ret > 0 && (st->tls & TLS_PLAIN)) {
 			note_call(sk, st, 0); /* for the read call that gets its bytes */
+			if (!(st = waiting(sk, st)))
+				return 0;
+		} else if ((st->tls & TLS_MOVED) && !(st = moved_state(sk))) {
 			return 0;
 		}
-		if ((st->tls & TLS_MOVED) && !(st = moved_state(sk)))
+		if (ret > 0) {
+			client_recv_opaque(sk, st, ret);
 			return 0;
-	} else if (st->tls) {
-		return 0;
+		}
 	}
 	if (st->state == TW_ST_IDLE)
 		return 0;

@@ -45,17 +45,23 @@ struct stream_state {
 	__u64 pending_req_ts; /* a request that came during a chunked response */
 	/* per TLS connection (stream_tls.h) */
 	__u64 rx_ts;    /* when the client's bytes last reached the socket */
-	__u32 rx_left;  /* bytes of the client's current TLS record not read yet */
-	__u32 tx_left;  /* bytes of the server's current TLS record not written yet */
+	__u32 rx_left;  /* bytes of the peer's current TLS record not read yet */
+	__u32 tx_left;  /* bytes of this end's current TLS record not written yet */
 	__u8 tls13;     /* the server encrypted records before the client did: TLS 1.3 */
 	__u8 cli_23;    /* the client sent an encrypted record */
 	__u8 cli_fin;   /* TLS 1.3: the client's Finished went by */
 	__u8 fin_skips; /* TLS 1.3: client records taken for its handshake so far */
-	__u8 tx_app;    /* the server's current record is application data */
+	__u8 tx_app;    /* a server's: its current record is application data */
 	__u8 client;    /* a client connection (stream_client.h) */
-	__u8 _pad3[2];
+	__u8 rx_app;    /* a client's: the server's current record is application data */
+	__u8 _pad3;
 	__u32 seq;     /* streams begun on this connection */
 	__u32 fin_seq; /* the socket's write_seq when fin_ts was set */
+	/* A client's TLS connection timed from its records: the socket's
+	 * rcv_nxt when its request was written. The server sent the bytes
+	 * before it before it could have read the request (session tickets
+	 * a client reads only after its request): they are no response. */
+	__u32 rx_mark;
 };
 _Static_assert(__builtin_offsetof(struct stream_state, gap_counts) == 64,
 	       "the fields every write touches fill one cache line");
@@ -211,10 +217,14 @@ static __always_inline void forget(const struct sock *sk, int in_map)
 #define TLS_MOVED 4
 #define TLS_C 8   /* the process's library is keyed by thread (OpenSSL API) */
 #define TLS_GO 16 /* ... by goroutine (Go crypto/tls) */
+/* A client's connection readied for plaintext before its process was
+ * probed: timed from its record headers until a call of it is read
+ * (stream_client.h). Set in the state the uprobes reach. */
+#define TLS_WAIT 32
 
 static __always_inline __u32 stats_flags(__u8 tls)
 {
-	if (tls & TLS_PLAIN)
+	if ((tls & TLS_PLAIN) && !(tls & TLS_WAIT))
 		return TW_STATS_TLS;
 	return tls ? TW_STATS_TLS_OPAQUE : 0;
 }

@@ -127,11 +127,12 @@ static __always_inline __u8 lib_flags(__u8 libs)
 
 /* tls_plain makes a TLS connection of a probed process plaintext-driven,
  * its state where the uprobes can reach it. libs 0: a client's, readied
- * before its process is probed (client_tls_begin); its libraries are
- * learnt at a socket event after (tls_learn_libs). */
+ * before its process is probed (client_tls_begin), timed from its records
+ * until a call of it is read (TLS_WAIT); its libraries are learnt at a
+ * socket event after (tls_learn_libs). */
 static __always_inline void tls_plain(const struct sock *sk, struct stream_state *st, __u8 libs)
 {
-	__u8 tls = TLS_SEEN | TLS_PLAIN | lib_flags(libs);
+	__u8 tls = TLS_SEEN | TLS_PLAIN | lib_flags(libs) | (libs ? 0 : TLS_WAIT);
 	st->tls = tls;
 	if (state_in_sk) {
 		__u64 key = (__u64)sk;
@@ -143,7 +144,8 @@ static __always_inline void tls_plain(const struct sock *sk, struct stream_state
 		}
 		st->tls = tls | TLS_MOVED;
 	}
-	count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN);
+	if (libs)
+		count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN); /* else at its first call read */
 }
 
 /* tls_learn_libs gives a plaintext-driven connection readied before its

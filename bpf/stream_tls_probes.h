@@ -310,6 +310,7 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 		client_plain_request(sk, st, (const char *)c->wr_buf, n);
 		return;
 	}
+	plain_read_now(st);
 	client_request(sk, st, bpf_ktime_get_ns());
 	if (pend > 0)
 		pend_send(key, sk, st, pend);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Streams: TLS connections no uprobe reads, timed from their record
  * headers (5 bytes each: content type, version, length), which the socket
- * hooks read from the syscall's buffers like any other bytes.
+ * hooks read from the syscall's buffers like any other bytes: a server's
+ * reads and writes, and a client's writes and reads (stream_client.h),
+ * the same rules with the directions swapped.
  *
  * Handshake (22), change-cipher-spec (20) and alert (21) records are never
  * a request or a chunk. A request is the client's application data (23);
@@ -84,18 +86,20 @@ static __always_inline __u8 tls_next(const __u8 *base, __u64 *off, __u64 avail, 
 	return type;
 }
 
-/* tls_recv_opaque walks the records of a read of ret bytes by the server
- * (its first buffer), from where the previous read left off. */
-static __always_inline void tls_recv_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
+/* request_records walks the client's records in a read (server) or write
+ * (client) of ret bytes, its first buffer, from where the previous one
+ * left off (*left bytes into a record): whether it carried a request's
+ * application data. */
+static __always_inline int request_records(struct stream_state *st, __u64 ret, __u32 *left)
 {
-	__u64 off = st->rx_left;
+	__u64 off = *left;
 	if (off >= ret) {
-		st->rx_left = off - ret; /* all of it inside a record */
-		return;
+		*left = off - ret; /* all of it inside a record */
+		return 0;
 	}
 	struct user_io io;
 	if (syscall_io(&io))
-		return;
+		return 0;
 	const __u8 *base = io.iov[0].iov_base;
 	__u64 avail = io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret;
 	int app = 0;
@@ -107,52 +111,68 @@ static __always_inline void tls_recv_opaque(const struct sock *sk, struct stream
 		app |= client_record(st, type, len);
 		off += 5 + len;
 	}
-	st->rx_left = off > ret ? off - ret : 0;
-	if (app)
+	*left = off > ret ? off - ret : 0;
+	return app;
+}
+
+/* response_records walks the server's records in a write (server) or
+ * read (client) of ret bytes, its first buffer, from where the previous
+ * one left off (*left bytes into a record, application data if *app):
+ * whether it is a response's chunk, one that starts with application data
+ * or continues such a record. */
+static __always_inline int response_records(struct stream_state *st, __u64 ret, __u32 *left, __u8 *app_rec)
+{
+	__u64 off = *left;
+	int app = off > 0 && *app_rec; /* continues a record */
+	if (off >= ret) {
+		*left = off - ret;
+		return app;
+	}
+	struct user_io io;
+	if (syscall_io(&io))
+		return 0;
+	const __u8 *base = io.iov[0].iov_base;
+	__u64 avail = io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret;
+	__u32 records = 0, len0 = 0, same = 1;
+	for (int i = 0; i < TLS_WALK; i++) {
+		__u32 len;
+		__u8 type = tls_next(base, &off, avail, ret, &len);
+		if (!type)
+			break;
+		if (type == TLS_CT_APPDATA && !st->cli_23)
+			st->tls13 = 1; /* encrypted before the client: TLS 1.3's handshake */
+		int data = type == TLS_CT_APPDATA && len != TLS13_ALERT_LEN;
+		if (records == 0) {
+			len0 = len;
+			if (off == 0)
+				app = data;
+		}
+		same &= data && len == len0;
+		*app_rec = data;
+		records++;
+		off += 5 + len;
+	}
+	*left = off > ret ? off - ret : 0;
+	if (app && st->tls13 && st->state == TW_ST_REQUEST && records >= 2 && same && len0 < TLS_TICKET_MAX_LEN)
+		return 0; /* session tickets */
+	return app;
+}
+
+/* tls_recv_opaque accounts a read of ret bytes by the server on a TLS
+ * connection no uprobe reads: a request when it carries application data,
+ * timed when its bytes reached the socket. */
+static __always_inline void tls_recv_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
+{
+	if (request_records(st, ret, &st->rx_left))
 		tls_request(sk, st, bpf_ktime_get_ns());
 }
 
 /* tls_send_opaque accounts a write of ret bytes by the server on a TLS
- * connection no uprobe reads: a chunk when it starts with application
- * data (or continues such a record). */
+ * connection no uprobe reads: a chunk when it is a response's. */
 static __always_inline int tls_send_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
 {
-	__u64 off = st->tx_left;
-	int app = off > 0 && st->tx_app; /* the write continues a record */
-	if (off >= ret) {
-		st->tx_left = off - ret;
-	} else {
-		struct user_io io;
-		if (syscall_io(&io))
-			return 0;
-		const __u8 *base = io.iov[0].iov_base;
-		__u64 avail = io.iov[0].iov_len < ret ? io.iov[0].iov_len : ret;
-		__u32 records = 0, len0 = 0, same = 1;
-		for (int i = 0; i < TLS_WALK; i++) {
-			__u32 len;
-			__u8 type = tls_next(base, &off, avail, ret, &len);
-			if (!type)
-				break;
-			if (type == TLS_CT_APPDATA && !st->cli_23)
-				st->tls13 = 1; /* encrypted before the client: TLS 1.3's handshake */
-			int data = type == TLS_CT_APPDATA && len != TLS13_ALERT_LEN;
-			if (records == 0) {
-				len0 = len;
-				if (off == 0)
-					app = data;
-			}
-			same &= data && len == len0;
-			st->tx_app = data;
-			records++;
-			off += 5 + len;
-		}
-		st->tx_left = off > ret ? off - ret : 0;
-		if (app && st->tls13 && st->state == TW_ST_REQUEST && records >= 2 && same && len0 < TLS_TICKET_MAX_LEN)
-			app = 0; /* session tickets */
-	}
-	if (!app || st->state == TW_ST_IDLE)
-		return 0;
-	account_write(sk, st, 0, ret, bpf_ktime_get_ns());
+	if (response_records(st, ret, &st->tx_left, &st->tx_app) && st->state != TW_ST_IDLE)
+		account_write(sk, st, 0, ret, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -81,9 +81,12 @@ type StreamStreamState struct {
 	FinSkips          uint8
 	TxApp             uint8
 	Client            uint8
-	Pad3              [2]uint8
+	RxApp             uint8
+	Pad3              uint8
 	Seq               uint32
 	FinSeq            uint32
+	RxMark            uint32
+	_                 [4]byte
 }
 
 type StreamStreamStats struct {

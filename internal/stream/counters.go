@@ -19,7 +19,8 @@ type Counters struct {
 	// see, found and reset by a later connection at the same address.
 	Stale uint64
 	// TLS counts connections that began with a TLS ClientHello; TLSPlain
-	// those of them read as plaintext (their process probed), TLSNoRoom
+	// those of them read as plaintext (a server's whose process was probed
+	// as it began, a client's once a call of it was read), TLSNoRoom
 	// those that could not be for want of room in the state map.
 	TLS, TLSPlain, TLSNoRoom uint64
 }

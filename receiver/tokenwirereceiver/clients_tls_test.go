@@ -85,11 +85,12 @@ func TestGoTLSClientCalls(t *testing.T) {
 // ways its library comes to be probed:
 //
 //   - discovered: at its first call. The connection began before the
-//     process was probed (its ClientHello is what reports the process),
-//     so its first call is not read, and every call read after the probe
-//     attached is exact. A call the probe attached in the middle of is
-//     timed from its body's write call, its request unread ("call
-//     {port}"): allowed for the first call read.
+//     process was probed (its ClientHello is what reports the process):
+//     its calls before the probe attached are timed from their TLS
+//     records (opaque, "call {port}"), every call after it is read. A
+//     call the probe attached in the middle of is read from there: its
+//     request unread ("call {port}"), in mode tls if its response's head
+//     was read in plaintext.
 //   - scanned: the scan probes it (the script selected by name waits
 //     before it connects): every call is read.
 //   - system_wide: the shared libssl is probed for every process from
@@ -134,21 +135,19 @@ func TestScriptTLSClientCalls(t *testing.T) {
 				time.Sleep(1200 * time.Millisecond)
 				s.stop()
 				spans := clientSpans(t, s.traces)
-				t.Logf("%d of %d calls read", len(spans), calls)
-				if how != "discovered" {
-					require.Len(t, spans, calls)
-				}
-				require.GreaterOrEqual(t, len(spans), calls/2, "the calls after the probe attached")
+				require.Len(t, spans, calls)
+				read := 0
 				for i, sp := range spans {
-					require.Equal(t, "tls", sp.Attributes().AsRaw()[attrStreamMode])
-					if how == "discovered" && i == 0 && sp.Name() == fmt.Sprintf("call %d", srv.Port) {
-						// Probed while it ran: the probe attached between the
-						// call's write calls (Python writes the head and the
-						// body in two), so the call began at its body.
-						continue
+					mode := sp.Attributes().AsRaw()[attrStreamMode]
+					t.Logf("call %d: %s, mode %s", i, sp.Name(), mode)
+					if how == "discovered" && read == 0 && sp.Name() == fmt.Sprintf("call %d", srv.Port) {
+						continue // before the probe attached, or while it did
 					}
+					require.Equal(t, "tls", mode)
 					require.Equal(t, "chat m", sp.Name(), "%v", sp.Attributes().AsRaw())
+					read++
 				}
+				require.GreaterOrEqual(t, read, calls/2, "the calls after the probe attached")
 				checkScriptCalls(t, spans, res, tlsThink)
 			})
 		}
@@ -258,5 +257,141 @@ func TestOneShotTLSClientIsRead(t *testing.T) {
 		t.Logf("curl run %d: time to first chunk %v, curl's time_starttransfer %v", i, ttfc, results[i].TTFB)
 		require.GreaterOrEqual(t, ttfc, tlsThink)
 		require.LessOrEqual(t, ttfc, results[i].TTFB)
+	}
+}
+
+// TestTLSClientCallsTimedFromRecords: a client whose TLS library is not
+// read has its calls timed from its TLS records (opaque mode): one CLIENT
+// span per call named "call {port}", the handshake, session tickets and
+// close_notify none; every application-data read a chunk (the head comes
+// with the first event; the terminator may be one of its own); the time to
+// first chunk between the server's think time and the client's own wait.
+//
+//   - excluded (python; go, this process): streams.tls.libraries leaves
+//     the client's library out. Its first connection is readied for
+//     plaintext before user space looks at its process, and is timed from
+//     its records while no call of it is read (TLS_WAIT); the process is
+//     then known to be unprobeable, and later connections begin opaque.
+//     Python's calls are all on that first connection. The Go client's
+//     first connection is a handshake alone, which makes no call; its
+//     calls come once it is known to be unprobeable, so that the work of looking
+//     at this process (seconds in an emulated guest) does not delay the
+//     client's reads into fewer, larger ones.
+//   - tls off (curl; go): streams.tls.enabled false, nothing is probed:
+//     three one-shot curls, each a new process, and the Go client's calls
+//     are timed from their first record.
+func TestTLSClientCallsTimedFromRecords(t *testing.T) {
+	bpftest.Require(t)
+	t.Run("python/excluded", func(t *testing.T) {
+		teststack.RequireTool(t, "python3")
+		cert := teststack.MakeTLSCert(t)
+		srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+		cfg := tlsClientsConfig(srv.Port)
+		cfg.Streams.TLS.Libraries = []string{"go"}
+		cfg.Streams.Clients.ProcessNames = []string{"python3"}
+		s := startTLSReceiver(t, cfg)
+
+		const calls = 6
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := teststack.PythonClient(ctx, srv.URL+"/v1/chat/completions", cert.CertFile, calls, `{"model":"m","stream":true}`)
+		require.NoError(t, err)
+		require.Len(t, res, calls)
+		require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
+		time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
+		conns := s.telemetryPoints(t, "otelcol_receiver_tokenwire_tls_connections")
+		s.stop()
+		require.EqualValues(t, 1, conns["mode=opaque"], "%v", conns)
+		require.Zero(t, conns["mode=tls"], "%v", conns)
+		spans := clientSpans(t, s.traces)
+		require.Len(t, spans, calls)
+		for _, sp := range spans {
+			require.Equal(t, "opaque", sp.Attributes().AsRaw()[attrStreamMode])
+			require.Equal(t, fmt.Sprintf("call %d", srv.Port), sp.Name())
+		}
+		checkScriptCalls(t, spans, res, tlsThink)
+	})
+	for _, tlsOn := range []bool{true, false} {
+		name := map[bool]string{true: "go/excluded", false: "go/tls off"}[tlsOn]
+		t.Run(name, func(t *testing.T) {
+			cert := teststack.MakeTLSCert(t)
+			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+			cfg := tlsClientsConfig(srv.Port)
+			cfg.Streams.TLS.Enabled = tlsOn
+			cfg.Streams.TLS.Libraries = []string{"libssl"}
+			cfg.Streams.Clients.Pids = []int{os.Getpid()}
+			s := startTLSReceiver(t, cfg)
+			opaqueConns := 2
+			if tlsOn {
+				conn, err := tls.Dial("tcp", srv.Addr, cert.ClientConfig())
+				require.NoError(t, err)
+				require.NoError(t, conn.Handshake())
+				require.NoError(t, conn.Close())
+				s.waitTarget(t, os.Getpid(), "unprobeable") // no libssl, and its Go left out
+				opaqueConns++
+			}
+
+			runs := chats(t, cert, srv.URL) // two calls on a connection, one on another
+			require.Eventually(t, func() bool { return s.traces.SpanCount() >= len(runs) }, 10*time.Second, 20*time.Millisecond)
+			time.Sleep(1200 * time.Millisecond)
+			conns := s.telemetryPoints(t, "otelcol_receiver_tokenwire_tls_connections")
+			s.stop()
+			require.EqualValues(t, opaqueConns, conns["mode=opaque"], "%v", conns)
+			require.Zero(t, conns["mode=tls"], "%v", conns)
+			var waits []time.Duration
+			for _, r := range runs {
+				waits = append(waits, r.firstEvent.Sub(r.sent))
+			}
+			checkOpaqueClientCalls(t, clientSpans(t, s.traces), srv.Port, waits)
+		})
+	}
+	t.Run("curl/tls off", func(t *testing.T) {
+		teststack.RequireTool(t, "curl")
+		cert := teststack.MakeTLSCert(t)
+		srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+		cfg := clientsConfig(srv.Port)
+		cfg.Streams.Clients.ProcessNames = []string{"curl"}
+		s := startTLSReceiver(t, cfg)
+
+		const runs = 3
+		var waits []time.Duration
+		for range runs {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			res, err := teststack.CurlWith(ctx, teststack.CurlOptions{CACert: cert.CertFile}, srv.URL+"/v1/chat/completions",
+				`{"model":"llama-3-8b","stream":true}`)
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, 200, res.Status)
+			waits = append(waits, res.TTFB)
+		}
+		require.Eventually(t, func() bool { return s.traces.SpanCount() >= runs }, 10*time.Second, 20*time.Millisecond)
+		time.Sleep(1200 * time.Millisecond)
+		s.stop()
+		checkOpaqueClientCalls(t, clientSpans(t, s.traces), srv.Port, waits)
+	})
+}
+
+// checkOpaqueClientCalls checks the spans of calls to the Go SSE server
+// on port, timed from their TLS records, against what the clients waited
+// for their first event (in the order they called): one span each, named
+// "call {port}"; chunks the events and [DONE], and the chunked
+// terminator's own when it was read apart from them; the time to first
+// chunk at least the server's think time (it writes the head with the
+// first event) and at most the client's wait.
+func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, port int, waits []time.Duration) {
+	t.Helper()
+	require.Len(t, spans, len(waits))
+	slices.SortFunc(spans, func(a, b ptrace.Span) int { return cmp.Compare(a.StartTimestamp(), b.StartTimestamp()) })
+	for i, sp := range spans {
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, "opaque", a[attrStreamMode])
+		require.Equal(t, fmt.Sprintf("call %d", port), sp.Name())
+		require.EqualValues(t, port, a[genai.AttrServerPort])
+		chunks := a["tokenwire.stream.chunks"].(int64)
+		require.True(t, chunks == tlsEvents+1 || chunks == tlsEvents+2, "call %d: %d chunks, want the events and [DONE], and the terminator's own", i, chunks)
+		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+		t.Logf("call %d: %d chunks, time to first chunk %v, the client's wait %v", i, chunks, ttfc, waits[i])
+		require.GreaterOrEqual(t, ttfc, tlsThink)
+		require.LessOrEqual(t, ttfc, waits[i])
 	}
 }

@@ -87,7 +87,7 @@ func (s *tlsReceiver) waitTarget(t *testing.T, pid int, result string) tlsprobe.
 			}
 		}
 		return false
-	}, 20*time.Second, 20*time.Millisecond, "pid %d never %s", pid, result)
+	}, 60*time.Second, 20*time.Millisecond, "pid %d never %s", pid, result)
 	return found
 }
 

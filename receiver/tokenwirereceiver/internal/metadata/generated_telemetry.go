@@ -341,7 +341,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireTLSConnections, err = builder.meter.Int64ObservableCounter(
 		"otelcol_receiver_tokenwire_tls_connections",
-		metric.WithDescription("Connections on watched ports that began with a TLS ClientHello, by mode: tls (their process probed: read as plaintext) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]"),
+		metric.WithDescription("Connections that began with a TLS ClientHello (a server's on watched ports, a client's to client ports), by mode: tls (read as plaintext: a server's whose process was probed as it began, a client's once a call of it was read) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]"),
 		metric.WithUnit("{connection}"),
 	)
 	errs = errors.Join(errs, err)

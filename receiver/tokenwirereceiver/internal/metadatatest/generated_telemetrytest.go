@@ -208,7 +208,7 @@ func AssertEqualReceiverTokenwireStreamsSkipped(t *testing.T, tt *componenttest.
 func AssertEqualReceiverTokenwireTLSConnections(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_tls_connections",
-		Description: "Connections on watched ports that began with a TLS ClientHello, by mode: tls (their process probed: read as plaintext) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]",
+		Description: "Connections that began with a TLS ClientHello (a server's on watched ports, a client's to client ports), by mode: tls (read as plaintext: a server's whose process was probed as it began, a client's once a call of it was read) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]",
 		Unit:        "{connection}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
