@@ -61,6 +61,13 @@ func TestGoTLSClientCalls(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
 	s.stop()
 	spans := clientSpans(t, s.traces)
+	if len(spans) != len(runs) {
+		for i, sp := range spans {
+			a := sp.Attributes().AsRaw()
+			t.Logf("span %d: %s, %s to %s, mode %v, %v chunks, end %v", i, sp.Name(), sp.StartTimestamp(), sp.EndTimestamp(),
+				a[attrStreamMode], a["tokenwire.stream.chunks"], a["tokenwire.stream.end_reason"])
+		}
+	}
 	require.Len(t, spans, len(runs))
 	for i, sp := range spans {
 		a := sp.Attributes().AsRaw()
