@@ -187,12 +187,15 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	if (st->client)
 		return client_state(sk, st, newstate, now, moved);
 	if (newstate == TCP_CLOSE_WAIT) {
-		/* A FIN taken from the backlog by release_sock: a syscall held
-		 * the socket. If it is a write, sock_send_length (which fires
-		 * after release_sock) reports that write after this, though
-		 * its bytes were queued before the FIN and the client may have
-		 * read them before closing. The end waits for that report. */
-		if (!st->tls && st->state == TW_ST_RESPONSE && BPF_CORE_READ(sk, sk_lock.owned)) {
+		/* The client's FIN during a response. A write whose bytes were
+		 * queued before it may be reported after it: sock_send_length
+		 * fires once tcp_sendmsg has released the socket, and in
+		 * between the client can read those bytes (a terminator) and
+		 * close, its FIN taken from the backlog by release_sock or, on
+		 * a busy or emulated CPU, by another CPU after it. So the end
+		 * waits for the socket's next write report (its bytes count if
+		 * write_seq has not moved since the FIN) or its close. */
+		if (!st->tls && st->state == TW_ST_RESPONSE) {
 			st->fin_ts = now;
 			st->fin_seq = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
 			return 0;
