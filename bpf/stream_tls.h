@@ -132,7 +132,7 @@ static __always_inline __u8 lib_flags(__u8 libs)
  * socket event after (tls_learn_libs). */
 static __always_inline void tls_plain(const struct sock *sk, struct stream_state *st, __u8 libs)
 {
-	__u8 tls = TLS_SEEN | TLS_PLAIN | lib_flags(libs) | (libs ? 0 : TLS_WAIT);
+	__u8 tls = TLS_SEEN | TLS_PLAIN | lib_flags(libs) | (libs || !st->client ? 0 : TLS_WAIT);
 	st->tls = tls;
 	if (state_in_sk) {
 		__u64 key = (__u64)sk;
@@ -144,7 +144,7 @@ static __always_inline void tls_plain(const struct sock *sk, struct stream_state
 		}
 		st->tls = tls | TLS_MOVED;
 	}
-	if (libs)
+	if (!(tls & TLS_WAIT))
 		count(&tw_st_counters, TW_ST_COUNTER_TLS_PLAIN); /* else at its first call read */
 }
 
