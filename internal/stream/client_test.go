@@ -97,7 +97,10 @@ func init() {
 func TestGoClientCallInKernel(t *testing.T) {
 	bpftest.Require(t)
 	const events, calls = 5, 2
-	srv := &teststack.SSEServer{Think: 30 * time.Millisecond, Interval: 10 * time.Millisecond, Events: events,
+	// A client's chunk is a read: events 10 ms apart were read two at a
+	// time in emulated guests on a loaded machine, so they are further
+	// apart here.
+	srv := &teststack.SSEServer{Think: 30 * time.Millisecond, Interval: 50 * time.Millisecond, Events: events,
 		Done: teststack.DoneWithEnd}
 	addr, port := serve(t, srv)
 	cfg := testConfig(1)

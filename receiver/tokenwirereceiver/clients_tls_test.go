@@ -322,7 +322,9 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		name := map[bool]string{true: "go/excluded", false: "go/tls off"}[tlsOn]
 		t.Run(name, func(t *testing.T) {
 			cert := teststack.MakeTLSCert(t)
-			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+			// A chunk is a read here: events further apart than tlsInterval,
+			// which emulated guests on a loaded machine read two at a time.
+			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, opaqueClientInterval, tlsEvents))
 			cfg := tlsClientsConfig(srv.Port)
 			cfg.Streams.TLS.Enabled = tlsOn
 			cfg.Streams.TLS.Libraries = []string{"libssl"}
@@ -377,6 +379,10 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		checkOpaqueClientCalls(t, clientSpans(t, s.traces), srv.Port, waits)
 	})
 }
+
+// opaqueClientInterval spaces the events of the Go client's opaque calls,
+// which run in the kernel guests too.
+const opaqueClientInterval = 50 * time.Millisecond
 
 // checkOpaqueClientCalls checks the spans of calls to the Go SSE server
 // on port, timed from their TLS records, against what the clients waited
