@@ -109,10 +109,43 @@ static __always_inline int client_tls(int ret)
 	return h[0] == 22 && h[1] == 3 && h[2] <= 4;
 }
 
+/* The first call of a client's TLS 1.3 connection timed from its records
+ * (client_first_records): what its first records after the request were
+ * taken for so far. */
+enum held_record {
+	HELD_NONE,    /* none read yet */
+	HELD_RECORD,  /* one, held: a session ticket, or the response's start */
+	HELD_TICKETS, /* session tickets; the last one's body may be unread */
+	HELD_OVER,    /* the response started */
+};
+
+/* release_held accounts a record held back by client_first_records as the
+ * response's start, at the time it was read, when nothing came after it:
+ * its call ends now, or the client writes its next request. */
+static __always_inline void release_held(const struct sock *sk, struct stream_state *st)
+{
+	if (st->rx_held != HELD_RECORD)
+		return;
+	st->rx_held = HELD_OVER;
+	if (st->state == TW_ST_REQUEST)
+		account_write(sk, st, 0, st->held_len + 5, st->held_ts);
+}
+
+/* client_end ends a client's call. */
+static __always_inline void client_end(const struct sock *sk, struct stream_state *st, __u8 reason, __u64 now)
+{
+	release_held(sk, st);
+	end_stream(sk, st, reason, now);
+}
+
 /* client_request starts the call whose request (or more of it) the
- * client is writing now, or moves its start to now. */
+ * client is writing now, or moves its start to now. A record still held
+ * (release_held) is dropped: the paths timed from records release it
+ * first, and one read as plaintext has its response read so. */
 static __always_inline void client_request(const struct sock *sk, struct stream_state *st, __u64 now)
 {
+	if (st->rx_held == HELD_RECORD)
+		st->rx_held = HELD_OVER;
 	if (st->state == TW_ST_REQUEST) {
 		st->req_ts = now; /* the request's last byte moves the start */
 		return;
@@ -205,22 +238,74 @@ static __always_inline void client_send_opaque(const struct sock *sk, struct str
 {
 	if (!request_records(st, ret, &st->tx_left))
 		return;
+	release_held(sk, st);
 	client_request(sk, st, bpf_ktime_get_ns());
 	st->rx_mark = BPF_CORE_READ((const struct tcp_sock *)sk, rcv_nxt);
+}
+
+/* client_first_records decides, for a read of the first call of a
+ * client's TLS 1.3 connection timed from its records, that the records
+ * it walked (w; app: response_records' verdict) start the response, or
+ * not yet. A server that sends its session tickets once it has read the
+ * client's Finished (OpenSSL, BoringSSL) sends them after a request
+ * written with the Finished (Node) or right after it (OpenSSL's socket
+ * BIO), and a ticket is application data to the record headers. Those
+ * servers send two tickets of one length. So the first small record is
+ * held: a next one of the same length makes both tickets (and any more of
+ * that length), the response starting after them; one of another length,
+ * or the call's end, makes the held record the response's start, at the
+ * time it was read (release_held). Two tickets read at once are told
+ * apart as the server's are (response_records). */
+static __always_inline int client_first_records(const struct sock *sk, struct stream_state *st,
+						const struct record_walk *w, int app)
+{
+	if (!w->begun) { /* more of the record the last read began */
+		if (st->rx_held == HELD_NONE)
+			st->rx_held = HELD_OVER;
+		return st->rx_held == HELD_OVER ? app : 0;
+	}
+	if (st->rx_held == HELD_NONE) {
+		if (!w->same || w->len0 >= TLS_TICKET_MAX_LEN) {
+			st->rx_held = HELD_OVER;
+			return app;
+		}
+		st->held_len = w->len0;
+		if (w->begun >= 2) {
+			st->rx_held = HELD_TICKETS;
+		} else {
+			st->rx_held = HELD_RECORD;
+			st->held_ts = bpf_ktime_get_ns();
+		}
+		return 0;
+	}
+	if (w->len0 == st->held_len) { /* one more ticket */
+		st->rx_held = w->same ? HELD_TICKETS : HELD_OVER;
+		return !w->same; /* else records after it start the response */
+	}
+	release_held(sk, st);
+	st->rx_held = HELD_OVER;
+	return app;
 }
 
 /* client_recv_opaque accounts a read of ret bytes by a client on a TLS
  * connection no uprobe reads: a chunk when it is the response's, which
  * the first one is only if it holds bytes the server sent after it could
- * have read the request (rx_mark). */
+ * have read the request (rx_mark), and is no session ticket
+ * (client_first_records). */
 static __always_inline void client_recv_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
 {
-	if (!response_records(st, ret, &st->rx_left, &st->rx_app) || st->state == TW_ST_IDLE)
+	struct record_walk w = {};
+	int app = response_records(st, ret, &st->rx_left, &st->rx_app, &w);
+	if (st->state == TW_ST_IDLE)
 		return;
-	if (st->state == TW_ST_REQUEST &&
-	    (__s32)(BPF_CORE_READ((const struct tcp_sock *)sk, copied_seq) - st->rx_mark) <= 0)
-		return;
-	account_write(sk, st, 0, ret, bpf_ktime_get_ns());
+	if (st->state == TW_ST_REQUEST) {
+		if ((__s32)(BPF_CORE_READ((const struct tcp_sock *)sk, copied_seq) - st->rx_mark) <= 0)
+			return;
+		if (st->tls13 && st->seq == 1 && st->rx_held != HELD_OVER)
+			app = client_first_records(sk, st, &w, app);
+	}
+	if (app)
+		account_write(sk, st, 0, ret, bpf_ktime_get_ns());
 }
 
 /* client_tls_sent handles a socket write of ret bytes of a client's TLS
@@ -235,13 +320,12 @@ static __always_inline int client_tls_sent(const struct sock *sk, struct stream_
 		struct tw_tls_proc *p = bpf_map_lookup_elem(&tw_st_tls_procs, &tgid);
 		if (p && p->state == TW_TLS_PROC_PROBED)
 			tls_plain(sk, st, p->libs);
-		if (!(st->tls & TLS_PLAIN)) {
-			client_send_opaque(sk, st, ret);
-			return 0;
-		}
 	}
-	note_call(sk, st, 1);
-	if ((st = waiting(sk, st)))
+	if (st->tls & TLS_PLAIN) {
+		note_call(sk, st, 1);
+		st = waiting(sk, st);
+	}
+	if (st)
 		client_send_opaque(sk, st, ret);
 	return 0;
 }
@@ -316,7 +400,7 @@ static __always_inline int client_recv(const struct sock *sk, int ret, const int
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (ret == 0) {
-		end_stream(sk, st, TW_END_CLOSE, now);
+		client_end(sk, st, TW_END_CLOSE, now);
 		return 0;
 	}
 	__u8 flags = peek_sent(sk, st, ret);
@@ -332,13 +416,14 @@ static __always_inline int client_state(const struct sock *sk, struct stream_sta
 {
 	if (newstate == TCP_CLOSE_WAIT)
 		return 0;
-	if (newstate == TCP_FIN_WAIT1) {
-		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);
-		return 0;
+	__u8 reason = TW_END_CLIENT_CLOSED;
+	if (newstate != TCP_FIN_WAIT1) {
+		int err = BPF_CORE_READ(sk, sk_err);
+		reason = err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE;
 	}
-	int err = BPF_CORE_READ(sk, sk_err);
-	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
-	forget(sk, moved);
+	client_end(sk, st, reason, now);
+	if (newstate != TCP_FIN_WAIT1)
+		forget(sk, moved);
 	return 0;
 }
 

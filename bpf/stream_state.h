@@ -55,7 +55,7 @@ struct stream_state {
 	__u8 tx_app;    /* a server's: its current record is application data */
 	__u8 client;    /* a client connection (stream_client.h) */
 	__u8 rx_app;    /* a client's: the server's current record is application data */
-	__u8 _pad3;
+	__u8 rx_held;   /* a client's: enum held_record (stream_client.h) */
 	__u32 seq;     /* streams begun on this connection */
 	__u32 fin_seq; /* the socket's write_seq when fin_ts was set */
 	/* A client's TLS connection timed from its records: the socket's
@@ -63,6 +63,11 @@ struct stream_state {
 	 * before it before it could have read the request (session tickets
 	 * a client reads only after its request): they are no response. */
 	__u32 rx_mark;
+	/* A client's TLS 1.3 connection timed from its records: the first
+	 * record after its first request, held until the next one tells
+	 * whether it was a session ticket: its length, when it was read. */
+	__u32 held_len;
+	__u64 held_ts;
 };
 _Static_assert(__builtin_offsetof(struct stream_state, gap_counts) == 64,
 	       "the fields every write touches fill one cache line");

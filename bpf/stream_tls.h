@@ -56,7 +56,7 @@ struct tls_call {
 	 * plaintext buffer may be freed by then (Node frees the copy it
 	 * makes of a request written before the handshake ended), so its
 	 * first slice was copied at its return (tw_st_tls_pend): pend_n
-	 * bytes, 0 if the copy failed. */
+	 * bytes. */
 	__u64 pend_ssl;
 	__s64 pend_n;
 };
@@ -204,13 +204,25 @@ static __always_inline struct tls_call *tls_call_of(const struct tls_call_key *k
 	return bpf_map_lookup_elem(&tw_st_tls_calls, key);
 }
 
-static __always_inline void note_read_by(struct tls_call_key *key, const struct sock *sk, __u64 gen)
+/* note_read_by tells the read call in flight of key its socket, and the
+ * next read call too: a memory BIO reads the socket before the call, and
+ * a server's first request may come with the handshake, read by the same
+ * goroutine (Go) before it calls its first read. Not a client's socket
+ * by goroutine: a client writes before it reads, which tells its socket,
+ * and the goroutine that did a client's handshake (net/http's dialer)
+ * makes no read call; its key outlives it (the runtime reuses its g), and
+ * the socket would be taken for the TLS object of the first read call of
+ * a later goroutine on that g, a server's included. */
+static __always_inline void note_read_by(struct tls_call_key *key, const struct sock *sk, struct stream_state *st)
 {
 	struct tls_call *c = tls_call_of(key, 1);
 	if (!c)
 		return;
-	c->rx_sk = (__u64)sk;
-	c->rx_gen = gen;
+	__u64 gen = st->gen;
+	if (!key->by_g || !st->client) {
+		c->rx_sk = (__u64)sk;
+		c->rx_gen = gen;
+	}
 	if (c->rd_ssl) {
 		c->rd_sk = (__u64)sk;
 		c->rd_gen = gen;
@@ -239,7 +251,7 @@ static __always_inline void note_call(const struct sock *sk, struct stream_state
 		if (write)
 			client_note_write_by(&key, sk, st->gen);
 		else
-			note_read_by(&key, sk, st->gen);
+			note_read_by(&key, sk, st);
 	}
 	if (st->tls & TLS_GO) {
 		key.by_g = 1;
@@ -247,7 +259,7 @@ static __always_inline void note_call(const struct sock *sk, struct stream_state
 		if (key.id && write)
 			client_note_write_by(&key, sk, st->gen);
 		else if (key.id)
-			note_read_by(&key, sk, st->gen);
+			note_read_by(&key, sk, st);
 	}
 }
 

@@ -248,8 +248,12 @@ static __always_inline int tls_read_done(const struct tls_call_key *key, __s64 r
 
 /* tls_write_done ends a write call: one that was accounted and failed is
  * retried with the same arguments, which is no new write; one that was
- * not accounted (its socket unknown at its entry) waits for the thread's
- * next client socket write (client_note_write_by). */
+ * not accounted (its socket unknown at its entry) and began an HTTP
+ * request waits for the thread's next client socket write
+ * (client_note_write_by). Any other would give its TLS object to a socket
+ * write it did not make: a server's response on a socket nobody watches,
+ * followed by the thread's client handshake; or a goroutine's (Go writes
+ * its socket inside the call), whose key a later goroutine reuses. */
 static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 ret)
 {
 	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
@@ -265,10 +269,9 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
 			c->retry_ssl = c->wr_ssl;
 			c->retry_buf = c->wr_buf;
 		}
-	} else if (!c->wr_done) {
+	} else if (!c->wr_done && !key->by_g && !pend_copy(key, c->wr_buf, n)) {
 		c->pend_ssl = c->wr_ssl;
-		/* Go writes its socket inside the call: no copy is needed. */
-		c->pend_n = !key->by_g && !pend_copy(key, c->wr_buf, n) ? n : 0;
+		c->pend_n = n;
 	}
 	c->wr_ssl = 0;
 	return 0;

@@ -19,7 +19,9 @@
  *     did is TLS 1.3;
  *   - a server write of two or more records of one small length before
  *     the first response is a session-ticket flight (OpenSSL and BoringSSL
- *     send two tickets at once), not the response's start.
+ *     send two tickets at once), not the response's start; a client that
+ *     reads them one at a time has the first held until the next one
+ *     (client_first_records in stream_client.h).
  * Part of stream.bpf.c.
  */
 #ifndef TOKENWIRE_STREAM_TLS_RECORDS_H
@@ -115,15 +117,24 @@ static __always_inline int request_records(struct stream_state *st, __u64 ret, _
 	return app;
 }
 
+/* What a walk of the server's records in one write or read saw. */
+struct record_walk {
+	__u32 begun; /* records whose header was in it */
+	__u32 len0;  /* the first one's length */
+	__u32 same;  /* all of them application data of that length */
+};
+
 /* response_records walks the server's records in a write (server) or
  * read (client) of ret bytes, its first buffer, from where the previous
  * one left off (*left bytes into a record, application data if *app):
  * whether it is a response's chunk, one that starts with application data
  * or continues such a record. */
-static __always_inline int response_records(struct stream_state *st, __u64 ret, __u32 *left, __u8 *app_rec)
+static __always_inline int response_records(struct stream_state *st, __u64 ret, __u32 *left, __u8 *app_rec,
+					    struct record_walk *w)
 {
 	__u64 off = *left;
 	int app = off > 0 && *app_rec; /* continues a record */
+	w->begun = 0;
 	if (off >= ret) {
 		*left = off - ret;
 		return app;
@@ -153,6 +164,9 @@ static __always_inline int response_records(struct stream_state *st, __u64 ret, 
 		off += 5 + len;
 	}
 	*left = off > ret ? off - ret : 0;
+	w->begun = records;
+	w->len0 = len0;
+	w->same = records && same;
 	if (app && st->tls13 && st->state == TW_ST_REQUEST && records >= 2 && same && len0 < TLS_TICKET_MAX_LEN)
 		return 0; /* session tickets */
 	return app;
@@ -171,7 +185,8 @@ static __always_inline void tls_recv_opaque(const struct sock *sk, struct stream
  * connection no uprobe reads: a chunk when it is a response's. */
 static __always_inline int tls_send_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
 {
-	if (response_records(st, ret, &st->tx_left, &st->tx_app) && st->state != TW_ST_IDLE)
+	struct record_walk w;
+	if (response_records(st, ret, &st->tx_left, &st->tx_app, &w) && st->state != TW_ST_IDLE)
 		account_write(sk, st, 0, ret, bpf_ktime_get_ns());
 	return 0;
 }

@@ -82,11 +82,12 @@ type StreamStreamState struct {
 	TxApp             uint8
 	Client            uint8
 	RxApp             uint8
-	Pad3              uint8
+	RxHeld            uint8
 	Seq               uint32
 	FinSeq            uint32
 	RxMark            uint32
-	_                 [4]byte
+	HeldLen           uint32
+	HeldTs            uint64
 }
 
 type StreamStreamStats struct {

@@ -49,7 +49,7 @@ func probeSelf(t *testing.T, s *tlsReceiver, addr string, cert *teststack.TLSCer
 func TestGoTLSClientCalls(t *testing.T) {
 	bpftest.Require(t)
 	cert := teststack.MakeTLSCert(t)
-	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, guestClientInterval, tlsEvents))
 	cfg := tlsClientsConfig(srv.Port)
 	cfg.Streams.Clients.Pids = []int{os.Getpid()}
 	s := startTLSReceiver(t, cfg)
@@ -286,7 +286,11 @@ func TestOneShotTLSClientIsRead(t *testing.T) {
 //     client's reads into fewer, larger ones.
 //   - tls off (curl; go): streams.tls.enabled false, nothing is probed:
 //     three one-shot curls, each a new process, and the Go client's calls
-//     are timed from their first record.
+//     are timed from their first record. These call the Go server, which
+//     sends its session ticket with its handshake.
+//   - tls off, tickets after the request (node; python): calls to Node's
+//     https server, whose OpenSSL sends two session tickets only once it
+//     has read the client's Finished, so after the first request.
 func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 	bpftest.Require(t)
 	t.Run("python/excluded", func(t *testing.T) {
@@ -298,33 +302,19 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		cfg.Streams.Clients.ProcessNames = []string{"python3"}
 		s := startTLSReceiver(t, cfg)
 
-		const calls = 6
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		res, err := teststack.PythonClient(ctx, srv.URL+"/v1/chat/completions", cert.CertFile, calls, `{"model":"m","stream":true}`)
-		require.NoError(t, err)
-		require.Len(t, res, calls)
-		require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
-		time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
-		conns := s.telemetryPoints(t, "otelcol_receiver_tokenwire_tls_connections")
-		s.stop()
+		var conns map[string]int64
+		res, spans := opaqueScriptCalls(t, s, teststack.PythonClient, srv.URL, srv.Port, cert, 6, func() {
+			conns = s.telemetryPoints(t, "otelcol_receiver_tokenwire_tls_connections")
+		})
 		require.EqualValues(t, 1, conns["mode=opaque"], "%v", conns)
 		require.Zero(t, conns["mode=tls"], "%v", conns)
-		spans := clientSpans(t, s.traces)
-		require.Len(t, spans, calls)
-		for _, sp := range spans {
-			require.Equal(t, "opaque", sp.Attributes().AsRaw()[attrStreamMode])
-			require.Equal(t, fmt.Sprintf("call %d", srv.Port), sp.Name())
-		}
 		checkScriptCalls(t, spans, res, tlsThink)
 	})
 	for _, tlsOn := range []bool{true, false} {
 		name := map[bool]string{true: "go/excluded", false: "go/tls off"}[tlsOn]
 		t.Run(name, func(t *testing.T) {
 			cert := teststack.MakeTLSCert(t)
-			// A chunk is a read here: events further apart than tlsInterval,
-			// which emulated guests on a loaded machine read two at a time.
-			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, opaqueClientInterval, tlsEvents))
+			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, guestClientInterval, tlsEvents))
 			cfg := tlsClientsConfig(srv.Port)
 			cfg.Streams.TLS.Enabled = tlsOn
 			cfg.Streams.TLS.Libraries = []string{"libssl"}
@@ -378,11 +368,59 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		s.stop()
 		checkOpaqueClientCalls(t, clientSpans(t, s.traces), srv.Port, waits)
 	})
+	// Node writes its Finished with its first request, Python right
+	// before it; Node reads both tickets at once, Python's socket BIO a
+	// header and a body at a time.
+	for _, c := range scriptClients {
+		t.Run(c.name+"/tls off, tickets after the request", func(t *testing.T) {
+			c.require(t)
+			teststack.RequireStack(t, teststack.StackNodeHTTP)
+			cert := teststack.MakeTLSCert(t)
+			srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: tlsEvents, Think: tlsThink,
+				Interval: tlsInterval, TLS: cert})
+			cfg := clientsConfig(srv.Port)
+			cfg.Streams.Clients.ProcessNames = []string{c.comm}
+			s := startTLSReceiver(t, cfg)
+			res, spans := opaqueScriptCalls(t, s, c.run, srv.URL, srv.Port, cert, 4, nil)
+			checkScriptCalls(t, spans, res, tlsThink)
+		})
+	}
 }
 
-// opaqueClientInterval spaces the events of the Go client's opaque calls,
-// which run in the kernel guests too.
-const opaqueClientInterval = 50 * time.Millisecond
+// opaqueScriptCalls makes calls with the script client run to the chat
+// endpoint at url, on one keep-alive connection, and returns what the
+// client saw and the receiver's spans, once no more can come, in the order
+// the calls started: one per call, each timed from its TLS records
+// (opaque, named "call {port}"). beforeStop, when set, runs just before
+// the receiver stops.
+func opaqueScriptCalls(t *testing.T, s *tlsReceiver, run func(ctx context.Context, url, caFile string, requests int, body string) ([]teststack.NodeResult, error),
+	url string, port int, cert *teststack.TLSCert, calls int, beforeStop func()) ([]teststack.NodeResult, []ptrace.Span) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := run(ctx, url+"/v1/chat/completions", cert.CertFile, calls, `{"model":"m","stream":true}`)
+	require.NoError(t, err)
+	require.Len(t, res, calls)
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= calls }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
+	if beforeStop != nil {
+		beforeStop()
+	}
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, calls)
+	slices.SortFunc(spans, func(a, b ptrace.Span) int { return cmp.Compare(a.StartTimestamp(), b.StartTimestamp()) })
+	for _, sp := range spans {
+		require.Equal(t, "opaque", sp.Attributes().AsRaw()[attrStreamMode])
+		require.Equal(t, fmt.Sprintf("call %d", port), sp.Name())
+	}
+	return res, spans
+}
+
+// guestClientInterval spaces the events of the Go client calls that run
+// in the kernel guests too: a client's chunk is a read, and emulated
+// guests on a loaded machine read events 10 ms apart two at a time.
+const guestClientInterval = 50 * time.Millisecond
 
 // checkOpaqueClientCalls checks the spans of calls to the Go SSE server
 // on port, timed from their TLS records, against what the clients waited
