@@ -140,12 +140,13 @@ bench: deps
 		apt-get update -q; apt-get install -y -q iptables nftables ipset; }
 	COLLECTOR=$(COLLECTOR) CONFIG=$(CONFIG) bash bench/run.sh
 
-## fuzz: the XDP differential fuzz test (kernel program vs Go reference) and the HTTP sniffer, longer than make test
+## fuzz: the XDP differential fuzz test (kernel program vs Go reference), the HTTP sniffer and the ClientHello reader, longer than make test
 FUZZTIME ?= 5m
 fuzz: export TOKENWIRE_REQUIRE_BPF := 1
 fuzz: deps
 	go test -run '^$$' -fuzz FuzzClassify -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./internal/xdp/
 	go test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./internal/httpsniff/
+	go test -run '^$$' -fuzz FuzzServerName -fuzztime $(FUZZTIME) ./internal/tlshello/
 
 ## clean: remove the build output (collector, ocb, generated distribution)
 clean:

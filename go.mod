@@ -27,6 +27,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/arch v0.33.0
+	golang.org/x/crypto v0.57.0
 	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0
 )

@@ -193,6 +193,21 @@ static __always_inline void client_plain_read(const struct sock *sk, struct stre
 	account_write(sk, st, peek_plain(sk, st, buf, n), n, now);
 }
 
+/* client_hello sends user space the ClientHello (ret bytes, its first
+ * TW_REQ_SLICE) a client connection began with, once per connection: its
+ * server name (SNI) is the server.address of the connection's calls whose
+ * requests, and so their Host header, are not read. */
+static __always_inline void client_hello(const struct sock *sk, const struct stream_state *st, int ret)
+{
+	struct user_io io;
+	if (syscall_io(&io))
+		return;
+	__u64 n = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+	struct payload_buf *b = payload_start(sk, st, TW_REC_TLS_HELLO, 0, ret);
+	if (b)
+		payload_send(b, io.iov[0].iov_base, n < TW_REQ_SLICE ? n : TW_REQ_SLICE);
+}
+
 /* client_tls_begin marks a client connection that began with a
  * ClientHello as TLS, and readies it for plaintext unless its process is
  * known to have no library the probes know: if it is never probed, the
@@ -361,6 +376,7 @@ static __always_inline int client_sent(const struct sock *sk, int ret, const int
 		st->client = 1;
 		if (client_tls(ret)) {
 			client_tls_begin(sk, st);
+			client_hello(sk, st, ret);
 			return 0; /* the ClientHello: one record, no request */
 		}
 	}

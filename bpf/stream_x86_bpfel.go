@@ -215,13 +215,14 @@ const (
 type StreamTwStreamRecord uint32
 
 const (
-	StreamTwStreamRecordTW_REC_REQUEST  StreamTwStreamRecord = 1
-	StreamTwStreamRecordTW_REC_RESPONSE StreamTwStreamRecord = 2
-	StreamTwStreamRecordTW_REC_PROGRESS StreamTwStreamRecord = 3
-	StreamTwStreamRecordTW_REC_END      StreamTwStreamRecord = 4
-	StreamTwStreamRecordTW_REC_CHUNK    StreamTwStreamRecord = 5
-	StreamTwStreamRecordTW_REC_BODY     StreamTwStreamRecord = 6
-	StreamTwStreamRecordTW_REC_TLS_PROC StreamTwStreamRecord = 7
+	StreamTwStreamRecordTW_REC_REQUEST   StreamTwStreamRecord = 1
+	StreamTwStreamRecordTW_REC_RESPONSE  StreamTwStreamRecord = 2
+	StreamTwStreamRecordTW_REC_PROGRESS  StreamTwStreamRecord = 3
+	StreamTwStreamRecordTW_REC_END       StreamTwStreamRecord = 4
+	StreamTwStreamRecordTW_REC_CHUNK     StreamTwStreamRecord = 5
+	StreamTwStreamRecordTW_REC_BODY      StreamTwStreamRecord = 6
+	StreamTwStreamRecordTW_REC_TLS_PROC  StreamTwStreamRecord = 7
+	StreamTwStreamRecordTW_REC_TLS_HELLO StreamTwStreamRecord = 8
 )
 
 type StreamTwStreamState uint32

@@ -81,6 +81,7 @@ enum tw_stream_record {
 	TW_REC_CHUNK = 5,    /* one body chunk (only with chunk_records on) */
 	TW_REC_BODY = 6,     /* bytes of a body write: the first, or one that may end the stream */
 	TW_REC_TLS_PROC = 7, /* a process unknown to user space read a TLS ClientHello on a watched port, or sent one to a client port (pid, comm) */
+	TW_REC_TLS_HELLO = 8, /* the ClientHello a client connection began with (its first TW_REQ_SLICE bytes): its server name */
 };
 
 /* Flags of a BODY record (in reason). */

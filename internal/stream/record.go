@@ -24,6 +24,11 @@ const (
 	// user space has not said how to read its TLS (PID, Comm). Read
 	// hands these to the TLS manager and does not return them.
 	KindTLSProc = Kind(bpf.StreamTwStreamRecordTW_REC_TLS_PROC)
+	// KindTLSHello: the ClientHello a client connection began with (Data:
+	// its first bytes; ID: the connection, Seq its first call's), whose
+	// server name is the server.address of the calls whose request is not
+	// read.
+	KindTLSHello = Kind(bpf.StreamTwStreamRecordTW_REC_TLS_HELLO)
 )
 
 // EndReason says why a stream ended.
@@ -173,7 +178,7 @@ func Decode(raw []byte, rec *Record) error {
 	rec.Kind = Kind(key.Kind)
 	rec.ID = ID{Sock: key.Sock, Gen: key.Gen, Seq: key.Seq}
 	switch rec.Kind {
-	case KindRequest, KindResponse, KindBody, KindTLSProc:
+	case KindRequest, KindResponse, KindBody, KindTLSProc, KindTLSHello:
 		if len(raw) < payloadSize+int(key.Len) {
 			return fmt.Errorf("stream payload record of %d bytes, want %d", len(raw), payloadSize+int(key.Len))
 		}

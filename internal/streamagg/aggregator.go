@@ -108,10 +108,12 @@ type Aggregator struct {
 	errTypes *values
 	comms    map[string]string
 	spans    []Span
-	// Client calls (client.go): their server.address values, and the
-	// hosts Config.ClientHosts keeps.
+	// Client calls (client.go): their server.address values, the hosts
+	// Config.ClientHosts keeps, and the server names client connections'
+	// ClientHellos asked for.
 	hosts       *values
 	clientHosts map[string]bool
+	serverNames map[connKey]string
 }
 
 // maxComms bounds the interned thread names; maxEnded the streams ended
@@ -215,6 +217,7 @@ type openStream struct {
 	ser        *Series
 	span       spanHead // what the span needs of the heads (Spans on)
 	cl         clientHead
+	conn       connKey
 
 	// The first write's body bytes, once counted, and the interval from it
 	// to the kernel's first chunk, once counted.
@@ -296,15 +299,19 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		}
 		o.last = rec.Stats
 		a.count(o, rec, false)
+	case stream.KindTLSHello:
+		a.noteHello(rec)
 	case stream.KindEnd:
 		if o == nil {
 			o = fresh() // counted from the END record alone
+			o.conn = connOf(rec.ID)
 		}
 		if !rec.Stats.Remote.IsValid() {
 			rec.Stats.Local, rec.Stats.Remote = o.local, o.remote
 		}
 		delete(a.open, rec.ID)
 		a.finish(o, rec)
+		a.connEnded(rec)
 		release(o)
 	}
 }
@@ -334,6 +341,7 @@ func (a *Aggregator) opened(o *openStream, id stream.ID) *openStream {
 	}
 	o = fresh()
 	o.lastSeen = time.Since(a.base)
+	o.conn = connOf(id)
 	a.open[id] = o
 	return o
 }

@@ -6,14 +6,17 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/stream"
+	"github.com/tokenwire/tokenwire/internal/tlshello"
 )
 
 // Client connections (stream.Stats.Client): calls this host made to a
 // configured remote port. Their series and spans are the server's with
 // the roles swapped: Port is the server's (remote) port, ServerAddress
-// the request's Host header (without its port), and the kernel already
-// selected their processes, so Config.Pids and Config.ProcessNames (the
-// servers' filter) do not apply; Config.ClientHosts does.
+// the request's Host header (without its port), else the server name
+// the connection's TLS ClientHello asked for (a call whose request is
+// not read), else the server's IP; and the kernel already selected their
+// processes, so Config.Pids and Config.ProcessNames (the servers' filter)
+// do not apply; Config.ClientHosts does.
 
 // maxHostLen bounds a Host header value kept per open call: a DNS name
 // is at most 253 bytes.
@@ -27,8 +30,20 @@ type clientHead struct {
 	hostLen int
 }
 
+// connKey names a connection: its socket and the generation of the
+// socket's state (stream.ID without the call's number).
+type connKey struct{ sock, gen uint64 }
+
+func connOf(id stream.ID) connKey { return connKey{id.Sock, id.Gen} }
+
+// maxServerNames bounds the client connections whose server name is
+// kept. A connection that closes between calls sends no END, so its name
+// is dropped only when the table is full: one entry, at random.
+const maxServerNames = 4096
+
 // initClients sets up what client calls need of the aggregator.
 func (a *Aggregator) initClients() {
+	a.serverNames = map[connKey]string{}
 	a.clientHosts = map[string]bool{}
 	for _, h := range a.cfg.ClientHosts {
 		a.clientHosts[h] = true
@@ -50,6 +65,34 @@ func (o *openStream) noteClient(rec *stream.Record) {
 	if rec.Offset == 0 {
 		if h := hostOf(rec.Data); h != nil {
 			o.cl.hostLen = copy(o.cl.host[:], h)
+		}
+	}
+}
+
+// noteHello keeps the server name a client connection's ClientHello
+// asked for, if any.
+func (a *Aggregator) noteHello(rec *stream.Record) {
+	name := tlshello.ServerName(rec.Data)
+	if name == nil {
+		return
+	}
+	k := connOf(rec.ID)
+	if _, ok := a.serverNames[k]; !ok && len(a.serverNames) >= maxServerNames {
+		for victim := range a.serverNames {
+			delete(a.serverNames, victim)
+			break
+		}
+	}
+	a.serverNames[k] = string(name)
+}
+
+// connEnded forgets the server name of a connection whose END says it
+// closed.
+func (a *Aggregator) connEnded(rec *stream.Record) {
+	switch rec.Reason {
+	case stream.EndClose, stream.EndClientClosed, stream.EndReset:
+		if len(a.serverNames) > 0 {
+			delete(a.serverNames, connOf(rec.ID))
 		}
 	}
 }
@@ -89,7 +132,11 @@ func hostOf(head []byte) []byte {
 // list its host.
 func (a *Aggregator) classifyClient(o *openStream, st *stream.Stats, key *SeriesKey, now time.Duration) bool {
 	host := o.cl.host[:o.cl.hostLen]
-	if len(a.clientHosts) > 0 && !a.clientHosts[string(host)] {
+	sni := ""
+	if len(host) == 0 {
+		sni = a.serverNames[o.conn]
+	}
+	if len(a.clientHosts) > 0 && !a.clientHosts[string(host)] && !a.clientHosts[sni] {
 		return false
 	}
 	key.Client = true
@@ -98,6 +145,8 @@ func (a *Aggregator) classifyClient(o *openStream, st *stream.Stats, key *Series
 	switch {
 	case len(host) > 0:
 		key.ServerAddress = a.hosts.get(host, now)
+	case sni != "":
+		key.ServerAddress = a.hosts.getString(sni)
 	case st.Remote.IsValid():
 		key.ServerAddress = a.hosts.getString(st.Remote.Addr().Unmap().String())
 	}

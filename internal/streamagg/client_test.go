@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tokenwire/tokenwire/internal/procinfo"
+	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/streamagg/streamaggtest"
 )
 
@@ -77,5 +78,53 @@ func TestClientSeries(t *testing.T) {
 			sp.Client.IsValid() || sp.Method != "POST" || sp.Chunks != 3 {
 			t.Errorf("client span %+v", sp)
 		}
+	}
+}
+
+// TestClientServerNameFromHello: a client call whose request is not read
+// (timed from its TLS records: no Host header) has for server.address the
+// server name its connection's ClientHello asked for, which
+// streams.clients.hosts then selects by; a connection with no name has
+// the server's IP, and a closed connection's name is forgotten.
+func TestClientServerNameFromHello(t *testing.T) {
+	hello, err := streamaggtest.ClientHello("api.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skipped []string
+	a, err := New(Config{MaxOpen: 16, MaxPaths: 8, MaxModels: 8, MaxSeries: 16, Spans: true,
+		ClientHosts: []string{"api.example.test"}, OnSkip: func(r string) { skipped = append(skipped, r) }},
+		procinfo.NewCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opaque := func(sock uint64, seq uint32, reason stream.EndReason) {
+		recs := streamaggtest.Stream{PID: 42, Sock: sock, Seq: seq, ClientCall: true,
+			HeadAt: 20, ChunkAt: []uint64{20, 30, 40}, ChunkBytes: 10}.Records(IntervalBounds)
+		recs[len(recs)-1].Reason = reason
+		for i := range recs {
+			a.Add(&recs[i])
+		}
+	}
+	id := streamaggtest.Stream{Sock: 1, Seq: 1}.Records(nil)[0].ID
+	a.Add(&stream.Record{Kind: stream.KindTLSHello, ID: id, Data: hello})
+	opaque(1, 1, stream.EndNextRequest) // named by its hello
+	opaque(2, 1, stream.EndClose)       // no hello: the IP, filtered
+	opaque(1, 2, stream.EndClose)       // named, and the connection closes
+	opaque(1, 3, stream.EndClose)       // its name forgotten: filtered
+	if len(skipped) != 2 || skipped[0] != SkipFiltered || skipped[1] != SkipFiltered {
+		t.Errorf("skipped %v, want the two calls with no server name filtered", skipped)
+	}
+	spans := a.TakeSpans(nil)
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for _, sp := range spans {
+		if !sp.ClientCall || sp.ServerAddress != "api.example.test" || sp.Chunks != 3 {
+			t.Errorf("client span %+v", sp)
+		}
+	}
+	if len(a.serverNames) != 0 {
+		t.Errorf("%d server names kept after their connections closed", len(a.serverNames))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -319,6 +320,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 			cfg.Streams.TLS.Enabled = tlsOn
 			cfg.Streams.TLS.Libraries = []string{"libssl"}
 			cfg.Streams.Clients.Pids = []int{os.Getpid()}
+			cfg.Streams.Clients.Hosts = []string{"localhost"} // the server name the client asks for
 			s := startTLSReceiver(t, cfg)
 			opaqueConns := 2
 			if tlsOn {
@@ -330,7 +332,13 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 				opaqueConns++
 			}
 
-			runs := chats(t, cert, srv.URL) // two calls on a connection, one on another
+			// Two calls on a connection, one on another, asking for the
+			// server name localhost (SNI) at the server's address.
+			runs := chatsWith(t, func() *http.Client {
+				c := cert.HTTPClient(true)
+				c.Transport.(*http.Transport).TLSClientConfig.ServerName = "localhost"
+				return c
+			}, srv.URL)
 			require.Eventually(t, func() bool { return s.traces.SpanCount() >= len(runs) }, 10*time.Second, 20*time.Millisecond)
 			time.Sleep(1200 * time.Millisecond)
 			conns := s.telemetryPoints(t, "otelcol_receiver_tokenwire_tls_connections")
@@ -341,7 +349,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 			for _, r := range runs {
 				waits = append(waits, r.firstEvent.Sub(r.sent))
 			}
-			checkOpaqueClientCalls(t, clientSpans(t, s.traces), srv.Port, waits)
+			checkOpaqueClientCalls(t, clientSpans(t, s.traces), "localhost", srv.Port, waits)
 		})
 	}
 	t.Run("curl/tls off", func(t *testing.T) {
@@ -366,7 +374,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		require.Eventually(t, func() bool { return s.traces.SpanCount() >= runs }, 10*time.Second, 20*time.Millisecond)
 		time.Sleep(1200 * time.Millisecond)
 		s.stop()
-		checkOpaqueClientCalls(t, clientSpans(t, s.traces), srv.Port, waits)
+		checkOpaqueClientCalls(t, clientSpans(t, s.traces), "127.0.0.1", srv.Port, waits)
 	})
 	// Node writes its Finished with its first request, Python right
 	// before it; Node reads both tickets at once, Python's socket BIO a
@@ -413,6 +421,7 @@ func opaqueScriptCalls(t *testing.T, s *tlsReceiver, run func(ctx context.Contex
 	for _, sp := range spans {
 		require.Equal(t, "opaque", sp.Attributes().AsRaw()[attrStreamMode])
 		require.Equal(t, fmt.Sprintf("call %d", port), sp.Name())
+		require.Equal(t, "127.0.0.1", sp.Attributes().AsRaw()[genai.AttrServerAddress]) // a client of an address sends no server name
 	}
 	return res, spans
 }
@@ -423,13 +432,14 @@ func opaqueScriptCalls(t *testing.T, s *tlsReceiver, run func(ctx context.Contex
 const guestClientInterval = 50 * time.Millisecond
 
 // checkOpaqueClientCalls checks the spans of calls to the Go SSE server
-// on port, timed from their TLS records, against what the clients waited
+// at address (the server name the clients asked for, else its IP) and
+// port, timed from their TLS records, against what the clients waited
 // for their first event (in the order they called): one span each, named
 // "call {port}"; chunks the events and [DONE], and the chunked
 // terminator's own when it was read apart from them; the time to first
 // chunk at least the server's think time (it writes the head with the
 // first event) and at most the client's wait.
-func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, port int, waits []time.Duration) {
+func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, address string, port int, waits []time.Duration) {
 	t.Helper()
 	require.Len(t, spans, len(waits))
 	slices.SortFunc(spans, func(a, b ptrace.Span) int { return cmp.Compare(a.StartTimestamp(), b.StartTimestamp()) })
@@ -437,6 +447,7 @@ func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, port int, waits [
 		a := sp.Attributes().AsRaw()
 		require.Equal(t, "opaque", a[attrStreamMode])
 		require.Equal(t, fmt.Sprintf("call %d", port), sp.Name())
+		require.Equal(t, address, a[genai.AttrServerAddress])
 		require.EqualValues(t, port, a[genai.AttrServerPort])
 		chunks := a["tokenwire.stream.chunks"].(int64)
 		require.True(t, chunks == tlsEvents+1 || chunks == tlsEvents+2, "call %d: %d chunks, want the events and [DONE], and the terminator's own", i, chunks)

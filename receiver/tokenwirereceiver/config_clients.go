@@ -27,7 +27,9 @@ type StreamsClientsConfig struct {
 	// 16: the kernel reads them without a map lookup).
 	RemotePorts []int `mapstructure:"remote_ports"`
 	// Hosts, when set, keeps only the calls whose Host header (without its
-	// port) is one of these; applied in the receiver, after the kernel.
+	// port) is one of these, or for a TLS call whose request is not read,
+	// the server name its connection's ClientHello asked for (SNI);
+	// applied in the receiver, after the kernel.
 	Hosts []string `mapstructure:"hosts"`
 	// ProcessNames and Pids, when set, select the calling processes in the
 	// kernel (at most 8 names and 16 pids): a name as /proc/PID/comm shows

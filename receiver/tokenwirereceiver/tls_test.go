@@ -54,9 +54,16 @@ func freePort(t *testing.T) int {
 // keep-alive one, one on another) and returns them.
 func chats(t *testing.T, cert *teststack.TLSCert, url string) []tlsRun {
 	t.Helper()
+	return chatsWith(t, func() *http.Client { return cert.HTTPClient(true) }, url)
+}
+
+// chatsWith is chats with clients made by newClient (one keep-alive
+// connection each).
+func chatsWith(t *testing.T, newClient func() *http.Client, url string) []tlsRun {
+	t.Helper()
 	var runs []tlsRun
 	for _, n := range []int{2, 1} {
-		client := cert.HTTPClient(true)
+		client := newClient()
 		for range n {
 			runs = append(runs, chat(t, client, url))
 		}

@@ -5,6 +5,8 @@
 package streamaggtest
 
 import (
+	"crypto/tls"
+	"net"
 	"net/netip"
 	"time"
 
@@ -112,3 +114,21 @@ func FirstOf(write string) string { return write[:min(len(write), stream.PeekMax
 // TailOf is what a BODY record with BodyTail carries of a write: its last
 // stream.PeekMax bytes.
 func TailOf(write string) string { return write[max(0, len(write)-stream.PeekMax):] }
+
+// ClientHello returns the first write of a crypto/tls client that asks
+// for serverName: the record a client connection's KindTLSHello carries.
+func ClientHello(serverName string) ([]byte, error) {
+	c, s := net.Pipe()
+	defer s.Close()
+	go func() {
+		defer c.Close()
+		cfg := &tls.Config{ServerName: serverName, InsecureSkipVerify: true} //nolint:gosec // nothing answers: only its hello is wanted
+		_ = tls.Client(c, cfg).Handshake()
+	}()
+	if err := s.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1<<14)
+	n, err := s.Read(buf)
+	return buf[:n], err
+}
