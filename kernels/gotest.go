@@ -47,8 +47,8 @@ type GoTest struct {
 }
 
 const (
-	outputHead    = 4 // lines kept from the start of a failed or skipped test's output
-	outputTail    = 8 // and from its end, where t.Fatal's message is
+	outputHead    = 4  // lines kept from the start of a failed or skipped test's output
+	outputTail    = 16 // and from its end, where t.Fatal's message is
 	maxPanicLines = 16
 )
 

@@ -92,6 +92,7 @@ func main() {
 		os.Exit(2)
 	}
 	if !m.OK() {
+		fmt.Fprint(os.Stderr, m.FailuresSection())
 		fmt.Fprintf(os.Stderr, "kernels: %d of %d cells failed (see %s)\n", m.Failed, m.Cells, filepath.Join(o.out, "matrix.md"))
 		os.Exit(1)
 	}

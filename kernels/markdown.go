@@ -179,7 +179,14 @@ func cellText(r Row, c, h string) string {
 }
 
 func (m *Matrix) writeFailures(b *strings.Builder) {
-	var out strings.Builder
+	b.WriteString(m.FailuresSection())
+}
+
+// FailuresSection returns the matrix's "Failures" section, "" when every
+// cell passed. main prints it again after the matrix, so that a CI log
+// cut to its last lines still names the failed cells and their output.
+func (m *Matrix) FailuresSection() string {
+	var b, out strings.Builder
 	for _, r := range m.Rows {
 		notRun := 0
 		for _, run := range r.Runs {
@@ -218,6 +225,7 @@ func (m *Matrix) writeFailures(b *strings.Builder) {
 		b.WriteString("## Failures\n\nWhat each failed test logged, its first and last lines (leaf tests only: a parent fails with its subtests).\n\n")
 		b.WriteString(out.String() + "\n")
 	}
+	return b.String()
 }
 
 func (m *Matrix) writeHookMatrix(b *strings.Builder) {

@@ -109,6 +109,13 @@ func TestReport(t *testing.T) {
 		}
 	}
 
+	if f := m.FailuresSection(); !strings.HasPrefix(f, "## Failures") || !strings.Contains(f, "want 5 chunks, got 1") || !strings.Contains(md, f) {
+		t.Errorf("failures section, printed again at the end of a failed run:\n%s", f)
+	}
+	if f := (&Matrix{}).FailuresSection(); f != "" {
+		t.Errorf("a matrix with no failure has a failures section: %q", f)
+	}
+
 	dir := t.TempDir()
 	if err := m.WriteFiles(dir); err != nil {
 		t.Fatal(err)
