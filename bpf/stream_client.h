@@ -34,8 +34,8 @@
  * record headers, as a connection of a process that cannot be probed is
  * throughout (opaque: stream_tls_records.h, with the directions swapped:
  * the client's application-data writes are its request, the first
- * application-data read after it starts the response, and every one is
- * a chunk). Part of stream.bpf.c.
+ * application-data read after it starts the response, and every read that
+ * begins such a record is a chunk). Part of stream.bpf.c.
  */
 #ifndef TOKENWIRE_STREAM_CLIENT_H
 #define TOKENWIRE_STREAM_CLIENT_H
@@ -303,10 +303,10 @@ static __always_inline int client_first_records(const struct sock *sk, struct st
 }
 
 /* client_recv_opaque accounts a read of ret bytes by a client on a TLS
- * connection no uprobe reads: a chunk when it is the response's, which
- * the first one is only if it holds bytes the server sent after it could
- * have read the request (rx_mark), and is no session ticket
- * (client_first_records). */
+ * connection no uprobe reads: a chunk when it begins a record of the
+ * response's, which the first one is only if it holds bytes the server
+ * sent after it could have read the request (rx_mark), and is no session
+ * ticket (client_first_records). */
 static __always_inline void client_recv_opaque(const struct sock *sk, struct stream_state *st, __u64 ret)
 {
 	struct record_walk w = {};
@@ -319,8 +319,16 @@ static __always_inline void client_recv_opaque(const struct sock *sk, struct str
 		if (st->tls13 && st->seq == 1 && st->rx_held != HELD_OVER)
 			app = client_first_records(sk, st, &w, app);
 	}
-	if (app)
-		account_write(sk, st, 0, ret, bpf_ktime_get_ns());
+	if (!app)
+		return;
+	if (!w.begun && st->state == TW_ST_RESPONSE) {
+		/* More of a record whose header an earlier read began, and
+		 * counted: OpenSSL's socket BIO reads a header, then its body,
+		 * however long its process waits between the two. */
+		st->bytes += ret;
+		return;
+	}
+	account_write(sk, st, 0, ret, bpf_ktime_get_ns());
 }
 
 /* client_tls_sent handles a socket write of ret bytes of a client's TLS

@@ -1,6 +1,7 @@
 package teststack
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -103,6 +105,58 @@ func (c *TLSCert) HTTPClient(oneConn bool) *http.Client {
 		tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = 1, 1
 	}
 	return &http.Client{Transport: tr}
+}
+
+// HTTPClientReadingRecords is HTTPClient(true) whose connections read
+// TLS as OpenSSL's socket BIO does (Python's ssl, curl): each record's
+// 5-byte header in a read of its own, then its body, with pause between
+// the two reads, as a client that is descheduled between them. The
+// transport's TLSClientConfig is read at each dial.
+func (c *TLSCert) HTTPClientReadingRecords(pause time.Duration) *http.Client {
+	client := c.HTTPClient(true)
+	tr := client.Transport.(*http.Transport)
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := tr.TLSClientConfig.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		conn := tls.Client(&recordReads{Conn: raw, pause: pause}, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+	return client
+}
+
+// recordReads is a connection whose reads return a TLS record's header
+// alone, then its body, pausing before the body.
+type recordReads struct {
+	net.Conn
+	pause time.Duration
+	left  int // body bytes of the current record still to read
+}
+
+func (c *recordReads) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		if len(p) < 5 {
+			return 0, io.ErrShortBuffer
+		}
+		if _, err := io.ReadFull(c.Conn, p[:5]); err != nil {
+			return 0, err
+		}
+		c.left = int(p[3])<<8 | int(p[4])
+		return 5, nil
+	}
+	time.Sleep(c.pause)
+	n, err := c.Conn.Read(p[:min(len(p), c.left)])
+	c.left -= n
+	return n, err
 }
 
 // StartHTTPS serves h over TLS with cert (HTTP/1.1 only) on a free
