@@ -310,7 +310,8 @@ type WriteStep struct{ Mode, Prog, Adds string }
 // them back by mode and program.
 var WriteSteps = []WriteStep{
 	{"floor", "tw_fl_sent", "the hook itself (the empty program)"},
-	{"step-port", "tw_pt_0a_port", "the port test (a read of the socket)"},
+	{"step-sk", "tw_pt_0_sk", "a load from the socket (its port, against a constant)"},
+	{"step-port", "tw_pt_0a_port", "the watched port, from .rodata (the port test)"},
 	{"step-store", "tw_pt_0b_store", "the socket's local storage, looked up (made on the socket's first write)"},
 	{"step-clock", "tw_pt_0c_clock", "a clock read (bpf_ktime_get_ns)"},
 	{"step-state", "tw_pt_1_state", "two updates of the storage (the write's time, a count)"},

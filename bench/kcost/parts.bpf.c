@@ -9,7 +9,10 @@
  * empty program of floor.bpf.c below the first, are what each step costs.
  * Never loaded by the receiver.
  *
- *   tw_pt_0a_port   the socket's port against the watched one
+ *   tw_pt_0_sk      the socket's port against a constant (a load from the
+ *                   socket and nothing else)
+ *   tw_pt_0a_port   the socket's port against the watched one, read from
+ *                   .rodata as the stream probe reads its ports
  *   tw_pt_0b_store  + the socket's local storage (made on its first write)
  *   tw_pt_0c_clock  + a clock read
  *   tw_pt_1_state   + two updates of the storage
@@ -72,6 +75,12 @@ static __always_inline int tail(const struct syscall_args *a, int ret)
 		end = (const char *)io.iov[last].iov_base + io.iov[last].iov_len;
 	}
 	return bpf_probe_read_user(t, sizeof(t), end - 16) ? -1 : t[15];
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0_sk, struct sock *sk, int ret)
+{
+	return ret > 0 && sk->__sk_common.skc_num == 1;
 }
 
 SEC("tp_btf/sock_send_length")

@@ -24,6 +24,7 @@ type partsPartState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	partsMapTwPtSk          = "tw_pt_sk"
+	partsProgTwPt0Sk        = "tw_pt_0_sk"
 	partsProgTwPt0aPort     = "tw_pt_0a_port"
 	partsProgTwPt0bStore    = "tw_pt_0b_store"
 	partsProgTwPt0cClock    = "tw_pt_0c_clock"
@@ -77,6 +78,7 @@ type partsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsProgramSpecs struct {
+	TwPt0Sk     *ebpf.ProgramSpec `ebpf:"tw_pt_0_sk"`
 	TwPt0aPort  *ebpf.ProgramSpec `ebpf:"tw_pt_0a_port"`
 	TwPt0bStore *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
@@ -143,6 +145,7 @@ type partsVariables struct {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsPrograms struct {
+	TwPt0Sk     *ebpf.Program `ebpf:"tw_pt_0_sk"`
 	TwPt0aPort  *ebpf.Program `ebpf:"tw_pt_0a_port"`
 	TwPt0bStore *ebpf.Program `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.Program `ebpf:"tw_pt_0c_clock"`
@@ -153,6 +156,7 @@ type partsPrograms struct {
 
 func (p *partsPrograms) Close() error {
 	return _PartsClose(
+		p.TwPt0Sk,
 		p.TwPt0aPort,
 		p.TwPt0bStore,
 		p.TwPt0cClock,
