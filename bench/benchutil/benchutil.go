@@ -303,18 +303,24 @@ func RaiseNofile(need uint64) error {
 // WriteStep is one step of bench/kcost's rebuild of the write program:
 // the kcost mode that runs it alone on sock_send_length, its program
 // (parts.bpf.c; the empty program of floor.bpf.c first) and what it adds
-// to the step before.
-type WriteStep struct{ Mode, Prog, Adds string }
+// to the step before. Steps load as the receiver loads its programs, the
+// values of their read-only globals inlined (probe.InlineReadOnly), but
+// for one with KeepRodata, which reads them from .rodata.
+type WriteStep struct {
+	Mode, Prog, Adds string
+	KeepRodata       bool
+}
 
 // WriteSteps are the steps in order; kcost runs them, the report reads
 // them back by mode and program.
 var WriteSteps = []WriteStep{
-	{"floor", "tw_fl_sent", "the hook itself (the empty program)"},
-	{"step-sk", "tw_pt_0_sk", "a load from the socket (its port, against a constant)"},
-	{"step-port", "tw_pt_0a_port", "the watched port, from .rodata (the port test)"},
-	{"step-store", "tw_pt_0b_store", "the socket's local storage, looked up (made on the socket's first write)"},
-	{"step-clock", "tw_pt_0c_clock", "a clock read (bpf_ktime_get_ns)"},
-	{"step-state", "tw_pt_1_state", "two updates of the storage (the write's time, a count)"},
-	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)"},
-	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory"},
+	{"floor", "tw_fl_sent", "the hook itself (the empty program)", false},
+	{"step-sk", "tw_pt_0_sk", "a load from the socket (its port, against a constant)", false},
+	{"step-rodata", "tw_pt_0a_port", "the watched port, read from .rodata (not inlined)", true},
+	{"step-port", "tw_pt_0a_port", "the same port test, the port inlined at load (the receiver's)", false},
+	{"step-store", "tw_pt_0b_store", "the socket's local storage, looked up (made on the socket's first write)", false},
+	{"step-clock", "tw_pt_0c_clock", "a clock read (bpf_ktime_get_ns)", false},
+	{"step-state", "tw_pt_1_state", "two updates of the storage (the write's time, a count)", false},
+	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)", false},
+	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory", false},
 }

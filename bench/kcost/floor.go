@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
+	"github.com/tokenwire/tokenwire/internal/probe"
 )
 
 // hookOf is the kernel hook a tokenwire or bench program runs on, from its
@@ -45,14 +46,20 @@ func attachFloor() (*benchProgs, error) {
 }
 
 // attachPart attaches one of the write program's parts alone, watching
-// port.
-func attachPart(prog string, port uint16) (*benchProgs, error) {
+// port, its read-only globals inlined as the receiver inlines its own
+// unless keepRodata.
+func attachPart(prog string, port uint16, keepRodata bool) (*benchProgs, error) {
 	spec, err := loadParts()
 	if err != nil {
 		return nil, err
 	}
 	if err := spec.Variables["port"].Set(port); err != nil {
 		return nil, err
+	}
+	if !keepRodata {
+		if _, err := probe.InlineReadOnly(spec); err != nil {
+			return nil, err
+		}
 	}
 	for name := range spec.Programs {
 		if name != prog {

@@ -11,8 +11,9 @@
  *
  *   tw_pt_0_sk      the socket's port against a constant (a load from the
  *                   socket and nothing else)
- *   tw_pt_0a_port   the socket's port against the watched one, read from
- *                   .rodata as the stream probe reads its ports
+ *   tw_pt_0a_port   the socket's port against the watched one, a .rodata
+ *                   global: run as the JIT leaves it (a load from the
+ *                   map), and inlined as the receiver loads its programs
  *   tw_pt_0b_store  + the socket's local storage (made on its first write)
  *   tw_pt_0c_clock  + a clock read
  *   tw_pt_1_state   + two updates of the storage

@@ -253,7 +253,7 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 				prs, _ := perRun(l, prev.Mode, prev.Prog)
 				add = added(rs, st.Prog, prs, prev.Prog)
 			}
-			cells[st.Prog] = append(cells[st.Prog], per.f(0), add)
+			cells[st.Mode] = append(cells[st.Mode], per.f(0), add)
 		}
 		tw := data[[2]string{l, "tokenwire"}]
 		last := benchutil.WriteSteps[len(benchutil.WriteSteps)-1]
@@ -266,7 +266,7 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 		}
 	}
 	for _, st := range benchutil.WriteSteps {
-		c := cells[st.Prog]
+		c := cells[st.Mode]
 		d.p("| %s | %s | %s | %s | %s | %s |\n", st.Prog, st.Adds, c[0], c[1], c[2], c[3])
 	}
 	c := cells["tokenwire"]
