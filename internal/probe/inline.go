@@ -21,16 +21,24 @@ import (
 // port from .rodata cost about as much again as the socket's own load
 // (make bench, the write program's steps).
 //
-// Only a load of a global's address followed by a load from it into the
-// same register is rewritten: the address is then dead, and the pair
-// becomes a 64-bit immediate and a no-op (r = r), instruction for
-// instruction, so no jump moves. A pair a jump lands between, and an
-// address kept for indexing (a loop over an array with a variable index),
-// are left as they are. It returns the number of loads inlined.
+// A forward pass over each program's control flow finds, before every
+// instruction, the registers that hold an address in a read-only section
+// on every path that reaches it. A load through such a register becomes
+// an immediate, instruction for instruction, so that no jump moves:
+//   - a load into the register that held the address, just after the
+//     address was loaded (and no jump lands between), takes both slots: a
+//     64-bit immediate, then a no-op (r = r);
+//   - any other load whose value fits a one-slot immediate (32 bits,
+//     sign-extended for a 64-bit load) becomes a move of that immediate;
+//     the address stays in its register for the loads that still need it.
+//
+// Loads at a variable index (the address plus a register) are left as
+// they are. It returns the number of loads inlined.
 func InlineReadOnly(spec *ebpf.CollectionSpec) (int, error) {
 	total := 0
+	sections := map[string][]byte{}
 	for name, prog := range spec.Programs {
-		n, err := inlineProgram(spec, prog.Instructions)
+		n, err := inlineProgram(spec, sections, prog.Instructions)
 		if err != nil {
 			return total, fmt.Errorf("inlining read-only globals in %s: %w", name, err)
 		}
@@ -39,35 +47,178 @@ func InlineReadOnly(spec *ebpf.CollectionSpec) (int, error) {
 	return total, nil
 }
 
-func inlineProgram(spec *ebpf.CollectionSpec, insns asm.Instructions) (int, error) {
-	// Where jumps land, in raw instruction slots.
+// roAddr is what a register holds before an instruction, as far as the
+// pass knows: an address in read-only section m at off, or nothing known.
+type roAddr struct {
+	m   *ebpf.MapSpec
+	off int64
+}
+
+// regFile is roAddr for r0-r10.
+type regFile [asm.R10 + 1]roAddr
+
+// meet keeps what both paths agree on.
+func (r *regFile) meet(o *regFile) bool {
+	changed := false
+	for i := range r {
+		if r[i] != o[i] && r[i].m != nil {
+			r[i] = roAddr{}
+			changed = true
+		}
+	}
+	return changed
+}
+
+func (r *regFile) clobberCall() {
+	for reg := asm.R0; reg <= asm.R5; reg++ {
+		r[reg] = roAddr{}
+	}
+}
+
+// step is what ins leaves in the registers.
+func (r regFile) step(spec *ebpf.CollectionSpec, ins *asm.Instruction) regFile {
+	op := ins.OpCode
+	switch class := op.Class(); {
+	case ins.IsLoadFromMap():
+		r[ins.Dst] = roAddr{}
+		if m := spec.Maps[ins.Reference()]; ins.Src == asm.PseudoMapValue && m != nil && readOnly(m) {
+			r[ins.Dst] = roAddr{m: m, off: int64(uint64(ins.Constant) >> 32)}
+		}
+	case class == asm.LdClass:
+		if op.Mode() == asm.ImmMode {
+			r[ins.Dst] = roAddr{}
+		} else { // legacy packet loads: r0 and the call registers
+			r.clobberCall()
+		}
+	case class == asm.LdXClass:
+		r[ins.Dst] = roAddr{}
+	case class == asm.StXClass:
+		if op.Mode() == asm.AtomicMode { // fetching atomics write src or r0
+			r[ins.Src], r[asm.R0] = roAddr{}, roAddr{}
+		}
+	case class == asm.ALU64Class:
+		src := r[ins.Src]
+		switch {
+		case op.ALUOp() == asm.Mov && op.Source() == asm.RegSource && ins.Offset == 0:
+			r[ins.Dst] = src
+		case op.ALUOp() == asm.Add && op.Source() == asm.ImmSource && r[ins.Dst].m != nil:
+			r[ins.Dst].off += ins.Constant
+		case op.ALUOp() == asm.Sub && op.Source() == asm.ImmSource && r[ins.Dst].m != nil:
+			r[ins.Dst].off -= ins.Constant
+		default:
+			r[ins.Dst] = roAddr{}
+		}
+	case class == asm.ALUClass:
+		r[ins.Dst] = roAddr{}
+	case class.IsJump() && op.JumpOp() == asm.Call:
+		r.clobberCall()
+	}
+	return r
+}
+
+// roFlow is what a forward pass over a program found: before each
+// instruction it reaches (seen), what the registers hold (in); and which
+// instructions a jump lands on.
+type roFlow struct {
+	in           []regFile
+	seen, landed []bool
+}
+
+func flowOf(spec *ebpf.CollectionSpec, insns asm.Instructions) (*roFlow, error) {
+	// Each instruction's raw slot, and where jumps land.
 	offsets := make([]asm.RawInstructionOffset, len(insns))
-	targets := map[asm.RawInstructionOffset]bool{}
+	index := map[asm.RawInstructionOffset]int{}
 	for it := insns.Iterate(); it.Next(); {
 		offsets[it.Index] = it.Offset
-		op := it.Ins.OpCode
-		if class := op.Class(); !class.IsJump() || op.JumpOp() == asm.Call || op.JumpOp() == asm.Exit {
-			continue
-		}
-		rel := int64(it.Ins.Offset)
-		if op.Class() == asm.Jump32Class && op.JumpOp() == asm.Ja {
-			rel = it.Ins.Constant // gotol: the offset is the immediate
-		}
-		targets[asm.RawInstructionOffset(int64(it.Offset)+1+rel)] = true
+		index[it.Offset] = it.Index
 	}
-	sections := map[string][]byte{}
+	target := func(i int) (int, bool) {
+		ins := insns[i]
+		rel := int64(ins.Offset)
+		if ins.OpCode.Class() == asm.Jump32Class && ins.OpCode.JumpOp() == asm.Ja {
+			rel = ins.Constant // gotol: the offset is the immediate
+		}
+		t, ok := index[asm.RawInstructionOffset(int64(offsets[i])+1+rel)]
+		return t, ok
+	}
+	f := &roFlow{in: make([]regFile, len(insns)), seen: make([]bool, len(insns)), landed: make([]bool, len(insns))}
+	type edge struct{ next, jump int }
+	flows := make([]edge, len(insns))
+	for i, ins := range insns {
+		e := edge{next: i + 1, jump: -1}
+		if op := ins.OpCode; op.Class().IsJump() {
+			switch op.JumpOp() {
+			case asm.Exit:
+				e.next = -1
+			case asm.Call:
+			default:
+				t, ok := target(i)
+				if !ok {
+					return nil, fmt.Errorf("instruction %d jumps between instructions", i)
+				}
+				e.jump = t
+				f.landed[t] = true
+				if op.JumpOp() == asm.Ja {
+					e.next = -1
+				}
+			}
+		}
+		if e.next >= len(insns) {
+			e.next = -1
+		}
+		flows[i] = e
+	}
+
+	// A function's first instruction (the program's, or a subprogram's)
+	// knows nothing.
+	var work []int
+	reach := func(i int, r *regFile) {
+		if i < 0 || insns[i].Symbol() != "" && f.seen[i] {
+			return
+		}
+		if !f.seen[i] {
+			f.seen[i], f.in[i] = true, *r
+			work = append(work, i)
+		} else if f.in[i].meet(r) {
+			work = append(work, i)
+		}
+	}
+	for i, ins := range insns {
+		if i == 0 || ins.Symbol() != "" {
+			reach(i, &regFile{})
+		}
+	}
+	for len(work) > 0 {
+		i := work[len(work)-1]
+		work = work[:len(work)-1]
+		out := f.in[i].step(spec, &insns[i])
+		reach(flows[i].next, &out)
+		reach(flows[i].jump, &out)
+	}
+	return f, nil
+}
+
+// readOnlyLoad is the read-only section and offset that the load at i
+// reads, when the pass knows it; nil for any other instruction.
+func (f *roFlow) readOnlyLoad(insns asm.Instructions, i int) (*ebpf.MapSpec, int64) {
+	load := insns[i]
+	if !f.seen[i] || load.OpCode.Class() != asm.LdXClass || load.OpCode.Mode() != asm.MemMode {
+		return nil, 0
+	}
+	a := f.in[i][load.Src]
+	return a.m, a.off + int64(load.Offset)
+}
+
+func inlineProgram(spec *ebpf.CollectionSpec, sections map[string][]byte, insns asm.Instructions) (int, error) {
+	f, err := flowOf(spec, insns)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
-	for i := 0; i+1 < len(insns); i++ {
-		addr, load := insns[i], insns[i+1]
-		if !addr.IsLoadFromMap() || addr.Src != asm.PseudoMapValue {
-			continue
-		}
-		m := spec.Maps[addr.Reference()]
-		if m == nil || !readOnly(m) {
-			continue
-		}
-		if load.OpCode.Class() != asm.LdXClass || load.OpCode.Mode() != asm.MemMode ||
-			load.Src != addr.Dst || load.Dst != addr.Dst || targets[offsets[i+1]] {
+	for i := range insns {
+		load := insns[i]
+		m, off := f.readOnlyLoad(insns, i)
+		if m == nil {
 			continue
 		}
 		data, ok := sections[m.Name]
@@ -78,7 +229,6 @@ func inlineProgram(spec *ebpf.CollectionSpec, insns asm.Instructions) (int, erro
 			}
 			sections[m.Name] = data
 		}
-		off := int64(uint64(addr.Constant)>>32) + int64(load.Offset)
 		size := int64(load.OpCode.Size().Sizeof())
 		if off < 0 || off+size > int64(len(data)) {
 			return n, fmt.Errorf("a %d-byte load at %d of %s, which holds %d bytes", size, off, m.Name, len(data))
@@ -96,12 +246,28 @@ func inlineProgram(spec *ebpf.CollectionSpec, insns asm.Instructions) (int, erro
 		default:
 			continue
 		}
-		imm := asm.LoadImm(addr.Dst, int64(v), asm.DWord)
-		imm.Metadata = addr.Metadata // source line, symbol, function info
-		insns[i] = imm.WithReference("")
-		nop := asm.Mov.Reg(load.Dst, load.Dst)
-		nop.Metadata = load.Metadata
-		insns[i+1] = nop
+		if addr := insns[max(i-1, 0)]; i > 0 && addr.IsLoadFromMap() && addr.Dst == load.Src && load.Dst == load.Src &&
+			!f.landed[i] {
+			imm := asm.LoadImm(load.Dst, int64(v), asm.DWord)
+			imm.Metadata = addr.Metadata // source line, symbol, function info
+			insns[i-1] = imm.WithReference("")
+			nop := asm.Mov.Reg(load.Dst, load.Dst)
+			nop.Metadata = load.Metadata
+			insns[i] = nop
+			n++
+			continue
+		}
+		var mov asm.Instruction
+		switch {
+		case size < 8:
+			mov = asm.Mov.Imm32(load.Dst, int32(uint32(v))) // zero-extends, as the load does
+		case int64(v) == int64(int32(v)):
+			mov = asm.Mov.Imm(load.Dst, int32(v)) // sign-extends
+		default:
+			continue
+		}
+		mov.Metadata = load.Metadata
+		insns[i] = mov
 		n++
 	}
 	return n, nil

@@ -13,7 +13,33 @@ import (
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
-var testGapBounds = DefaultGapBounds
+// testGapBounds are 4 ms apart, so that TestSSEStreamIsMeasuredExactly's
+// gaps (testGaps) fall in every bucket of the kernel's histogram.
+var testGapBounds = func() []time.Duration {
+	b := make([]time.Duration, GapBuckets-1)
+	for i := range b {
+		b[i] = time.Duration(i+1) * 4 * time.Millisecond
+	}
+	return b
+}()
+
+// testGaps are the waits after each event: in the middle of each bucket
+// of testGapBounds (2, 6, ... 62 ms, then 70 ms past the last bound), 1,
+// 2 or 3 of them in turn, so that no two neighbouring buckets hold as
+// many (a search that swapped them would go unseen).
+var testGaps = func() []time.Duration {
+	var g []time.Duration
+	for b := range GapBuckets {
+		gap := time.Duration(4*b+2) * time.Millisecond
+		if b == GapBuckets-1 {
+			gap = 70 * time.Millisecond
+		}
+		for range b%3 + 1 {
+			g = append(g, gap)
+		}
+	}
+	return g
+}()
 
 func testConfig(ports ...uint16) Config {
 	return Config{
@@ -112,7 +138,8 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 	bpftest.Require(t)
 	for _, headersFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("headersFirst=%v", headersFirst), func(t *testing.T) {
-			srv := &teststack.SSEServer{Think: 80 * time.Millisecond, Interval: 20 * time.Millisecond, Events: 20, HeadersFirst: headersFirst}
+			srv := &teststack.SSEServer{Think: 80 * time.Millisecond, Interval: 20 * time.Millisecond, Gaps: testGaps,
+				Events: len(testGaps) + 2, HeadersFirst: headersFirst}
 			addr, port := serve(t, srv)
 			tr, rec := trace(t, port)
 			for _, p := range tr.HookPoints() {
@@ -248,6 +275,17 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 			}
 			if counts != wantCounts {
 				t.Errorf("kernel histogram %v, want %v", counts, wantCounts)
+			}
+			// The gaps cross every bound, so the kernel's search took most
+			// of its branches; a late writer moves some to the next bucket.
+			hit := 0
+			for _, c := range counts {
+				if c > 0 {
+					hit++
+				}
+			}
+			if hit <= GapBuckets/2 {
+				t.Errorf("the gaps fell in %d buckets of %d (%v): too few to check the kernel's search", hit, GapBuckets, counts)
 			}
 		})
 	}

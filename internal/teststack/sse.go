@@ -26,12 +26,15 @@ const (
 
 // SSEServer is a net/http handler that streams SSE events at known times
 // and records, per request, when and what it wrote (SSEWrite): a think
-// time, then Events events Interval apart. Sleeps are relative: a server
+// time, then Events events Interval apart (or Gaps apart). Sleeps are relative: a server
 // that fell behind must not catch up in a burst, which a probe rightly
 // counts as one chunk. Set the fields before serving.
 type SSEServer struct {
 	Think, Interval time.Duration
 	Events          int
+	// Gaps, when set, are the waits after each event in turn, in place of
+	// Interval (Interval after the last of them).
+	Gaps []time.Duration
 	// HeadersFirst flushes the response head alone before the think time,
 	// as inference servers do; otherwise it goes out with the first event.
 	HeadersFirst bool
@@ -135,7 +138,11 @@ func (s *SSEServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.After = append(rec.After, MonotonicNow())
 		rec.Flushed = append(rec.Flushed, time.Now())
 		rec.Sizes = append(rec.Sizes, ChunkedSize(len(ev)))
-		time.Sleep(s.Interval)
+		if i < len(s.Gaps) {
+			time.Sleep(s.Gaps[i])
+		} else {
+			time.Sleep(s.Interval)
+		}
 	}
 	switch s.Done {
 	case DoneFlushed:
