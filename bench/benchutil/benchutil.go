@@ -303,24 +303,33 @@ func RaiseNofile(need uint64) error {
 // WriteStep is one step of bench/kcost's rebuild of the write program:
 // the kcost mode that runs it alone on sock_send_length, its program
 // (parts.bpf.c; the empty program of floor.bpf.c first) and what it adds
-// to the step before. Steps load as the receiver loads its programs, the
-// values of their read-only globals inlined (probe.InlineReadOnly), but
-// for one with KeepRodata, which reads them from .rodata.
+// to the step it builds on (Base, a mode; empty: the step before it).
+// Steps load as the receiver loads its programs, the values of their
+// read-only globals inlined (probe.InlineReadOnly), but for one with
+// KeepRodata, which reads them from .rodata.
 type WriteStep struct {
 	Mode, Prog, Adds string
+	Base             string
 	KeepRodata       bool
 }
+
+// StateSteps are the modes of the steps that find a socket's state, each
+// in its own way, on top of the port test: local storage (what the
+// receiver uses) and two alternatives.
+var StateSteps = []string{"step-store", "step-hash", "step-slot"}
 
 // WriteSteps are the steps in order; kcost runs them, the report reads
 // them back by mode and program.
 var WriteSteps = []WriteStep{
-	{"floor", "tw_fl_sent", "the hook itself (the empty program)", false},
-	{"step-sk", "tw_pt_0_sk", "a load from the socket (its port, against a constant)", false},
-	{"step-rodata", "tw_pt_0a_port", "the watched port, read from .rodata (not inlined)", true},
-	{"step-port", "tw_pt_0a_port", "the same port test, the port inlined at load (the receiver's)", false},
-	{"step-store", "tw_pt_0b_store", "the socket's local storage, looked up (made on the socket's first write)", false},
-	{"step-clock", "tw_pt_0c_clock", "a clock read (bpf_ktime_get_ns)", false},
-	{"step-state", "tw_pt_1_state", "two updates of the storage (the write's time, a count)", false},
-	{"step-args", "tw_pt_2_args", "the syscall's arguments (its saved registers)", false},
-	{"step-tail", "tw_pt_3_tail", "the write's last 16 bytes, read from user memory", false},
+	{Mode: "floor", Prog: "tw_fl_sent", Adds: "the hook itself (the empty program)"},
+	{Mode: "step-sk", Prog: "tw_pt_0_sk", Adds: "a load from the socket (its port, against a constant)"},
+	{Mode: "step-rodata", Prog: "tw_pt_0a_port", Adds: "the watched port, read from .rodata (not inlined)", KeepRodata: true},
+	{Mode: "step-port", Prog: "tw_pt_0a_port", Adds: "the same port test, the port inlined at load (the receiver's)"},
+	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "the socket's local storage, looked up (made on the socket's first write)"},
+	{Mode: "step-hash", Prog: "tw_pt_0b_hash", Adds: "instead of local storage: a hash map keyed by the socket's address", Base: "step-port"},
+	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "instead of local storage: an array slot picked by the connection's ports (inlined lookup, no helper call)", Base: "step-port"},
+	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-store"},
+	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the storage (the write's time, a count)"},
+	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "the syscall's arguments (its saved registers)"},
+	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory"},
 }

@@ -38,7 +38,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,6 +64,7 @@ var (
 	sparseIntv     = flag.Duration("sparse-interval", 100*time.Millisecond, "sparse: time between events")
 	idle           = flag.Duration("idle", 2*time.Second, "idle window before and after each load (the host's background runs)")
 	loadsFlag      = flag.String("loads", "dense,sparse,tls", "loads to run")
+	modesFlag      = flag.String("modes", "", "modes to run (comma-separated); empty: every mode of each load")
 	outDir         = flag.String("outdir", "bench/results", "where kcost.csv goes")
 )
 
@@ -140,6 +143,9 @@ func run() error {
 			l := loads[(k+r)%len(loads)]
 			for m := range l.modes {
 				mode := l.modes[(m+r)%len(l.modes)]
+				if *modesFlag != "" && !slices.Contains(strings.Split(*modesFlag, ","), mode) {
+					continue
+				}
 				fmt.Fprintf(os.Stderr, "kcost: round %d/%d, %s, %s\n", r+1, *rounds, l.name, mode)
 				ss, err := measure(g, coll, l, mode, logs)
 				if err != nil {

@@ -15,6 +15,10 @@
  *                   global: run as the JIT leaves it (a load from the
  *                   map), and inlined as the receiver loads its programs
  *   tw_pt_0b_store  + the socket's local storage (made on its first write)
+ *   tw_pt_0b_hash   or, instead of local storage, a hash map keyed by the
+ *                   socket's address (the receiver's fallback)
+ *   tw_pt_0b_slot   or an array slot picked by the connection's ports: a
+ *                   lookup the JIT inlines, no helper call
  *   tw_pt_0c_clock  + a clock read
  *   tw_pt_1_state   + two updates of the storage
  *   tw_pt_2_args    + the syscall's arguments (its saved registers)
@@ -44,6 +48,34 @@ struct {
 	__type(key, int);
 	__type(value, struct part_state);
 } tw_pt_sk SEC(".maps");
+
+/* The same state in a hash map keyed by the socket's address: what the
+ * receiver's fallback for hooks without socket storage looks up. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct part_state);
+} tw_pt_socks SEC(".maps");
+
+/* The same state in an array slot chosen by the connection's ports and
+ * tagged with its addresses: an array lookup the JIT inlines (no helper
+ * call), one line of the map, no collision handling. The cheapest way to
+ * find per-connection state that this bench knows; not a design. */
+#define PART_SLOTS 4096
+struct part_slot {
+	__u64 addrs;
+	__u32 ports;
+	__u32 pad;
+	struct part_state st;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PART_SLOTS);
+	__type(key, __u32);
+	__type(value, struct part_slot);
+} tw_pt_slots SEC(".maps");
 
 static __always_inline int watched(const struct sock *sk)
 {
@@ -96,6 +128,41 @@ int BPF_PROG(tw_pt_0b_store, struct sock *sk, int ret)
 	if (ret <= 0 || !watched(sk))
 		return 0;
 	return bpf_sk_storage_get(&tw_pt_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE) != NULL;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0b_hash, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	__u64 key = (__u64)sk;
+	struct part_state *st = bpf_map_lookup_elem(&tw_pt_socks, &key);
+	if (!st) {
+		struct part_state zero = {};
+		bpf_map_update_elem(&tw_pt_socks, &key, &zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&tw_pt_socks, &key);
+	}
+	return st != NULL;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0b_slot, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	__u32 ports = sk->__sk_common.skc_portpair;
+	__u64 addrs = sk->__sk_common.skc_addrpair;
+	__u32 i = (ports ^ (ports >> 16)) & (PART_SLOTS - 1);
+	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_slots, &i);
+	if (!s)
+		return 0;
+	if (s->addrs != addrs || s->ports != ports) {
+		s->addrs = addrs;
+		s->ports = ports;
+		s->st.last_ns = 0;
+		s->st.writes = 0;
+	}
+	return 1;
 }
 
 SEC("tp_btf/sock_send_length")

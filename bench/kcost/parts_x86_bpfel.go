@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type partsPartSlot struct {
+	_     structs.HostLayout
+	Addrs uint64
+	Ports uint32
+	Pad   uint32
+	St    partsPartState
+}
+
 type partsPartState struct {
 	_      structs.HostLayout
 	LastNs uint64
@@ -24,8 +32,12 @@ type partsPartState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	partsMapTwPtSk          = "tw_pt_sk"
+	partsMapTwPtSlots       = "tw_pt_slots"
+	partsMapTwPtSocks       = "tw_pt_socks"
 	partsProgTwPt0Sk        = "tw_pt_0_sk"
 	partsProgTwPt0aPort     = "tw_pt_0a_port"
+	partsProgTwPt0bHash     = "tw_pt_0b_hash"
+	partsProgTwPt0bSlot     = "tw_pt_0b_slot"
 	partsProgTwPt0bStore    = "tw_pt_0b_store"
 	partsProgTwPt0cClock    = "tw_pt_0c_clock"
 	partsProgTwPt1State     = "tw_pt_1_state"
@@ -80,6 +92,8 @@ type partsSpecs struct {
 type partsProgramSpecs struct {
 	TwPt0Sk     *ebpf.ProgramSpec `ebpf:"tw_pt_0_sk"`
 	TwPt0aPort  *ebpf.ProgramSpec `ebpf:"tw_pt_0a_port"`
+	TwPt0bHash  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_hash"`
+	TwPt0bSlot  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_slot"`
 	TwPt0bStore *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
 	TwPt1State  *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
@@ -91,7 +105,9 @@ type partsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsMapSpecs struct {
-	TwPtSk *ebpf.MapSpec `ebpf:"tw_pt_sk"`
+	TwPtSk    *ebpf.MapSpec `ebpf:"tw_pt_sk"`
+	TwPtSlots *ebpf.MapSpec `ebpf:"tw_pt_slots"`
+	TwPtSocks *ebpf.MapSpec `ebpf:"tw_pt_socks"`
 }
 
 // partsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,12 +139,16 @@ func (o *partsObjects) Close() error {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsMaps struct {
-	TwPtSk *ebpf.Map `ebpf:"tw_pt_sk"`
+	TwPtSk    *ebpf.Map `ebpf:"tw_pt_sk"`
+	TwPtSlots *ebpf.Map `ebpf:"tw_pt_slots"`
+	TwPtSocks *ebpf.Map `ebpf:"tw_pt_socks"`
 }
 
 func (m *partsMaps) Close() error {
 	return _PartsClose(
 		m.TwPtSk,
+		m.TwPtSlots,
+		m.TwPtSocks,
 	)
 }
 
@@ -147,6 +167,8 @@ type partsVariables struct {
 type partsPrograms struct {
 	TwPt0Sk     *ebpf.Program `ebpf:"tw_pt_0_sk"`
 	TwPt0aPort  *ebpf.Program `ebpf:"tw_pt_0a_port"`
+	TwPt0bHash  *ebpf.Program `ebpf:"tw_pt_0b_hash"`
+	TwPt0bSlot  *ebpf.Program `ebpf:"tw_pt_0b_slot"`
 	TwPt0bStore *ebpf.Program `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.Program `ebpf:"tw_pt_0c_clock"`
 	TwPt1State  *ebpf.Program `ebpf:"tw_pt_1_state"`
@@ -158,6 +180,8 @@ func (p *partsPrograms) Close() error {
 	return _PartsClose(
 		p.TwPt0Sk,
 		p.TwPt0aPort,
+		p.TwPt0bHash,
+		p.TwPt0bSlot,
 		p.TwPt0bStore,
 		p.TwPt0cClock,
 		p.TwPt1State,
