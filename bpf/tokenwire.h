@@ -248,7 +248,17 @@ struct tw_xdp_counter_value {
  * probes, for every length present (the head's bitmap, longest first),
  * the first bucket of the masked source, and the second when the first is
  * full. User space builds the whole table off to the side and swaps it
- * in. */
+ * in.
+ *
+ * The length index, elements mask+2 onwards, narrows "every length
+ * present" down to the lengths that can hold the source: a slot per key
+ * (the source's /16 for IPv4, its /32 for IPv6, folded to the slot count
+ * by its low bits) holds the bitmap of the lengths of the prefixes that
+ * contain an address with that key. A prefix at least as long as the key
+ * sets its length in one slot; a shorter one in every slot of the keys it
+ * covers (every slot, when they are as many). A miss, the common case,
+ * then probes the few lengths that share its slot, not all of them. The
+ * slot bitmaps have the heads' layout; length 0 stays in the head. */
 #define TW_XDP_BUCKET_SLOTS 4
 
 /* IPv4 slot: (masked address in host order) << 8 | (length + 1). */
@@ -283,6 +293,24 @@ struct tw_xdp_head6 {
 	__u32 shift;
 	__u64 lens[3];
 	__u64 _pad2;
+};
+
+/* Length index elements, bucket-sized. IPv4: slot (source >> 16) &
+ * (2 * mask + 1), at most 2^16 slots, eight per element, lens[slot & 7] of
+ * element mask + 2 + slot / 8 (lengths 32..1, as in the head). IPv6: slot
+ * (source's hi >> 32) & mask, four per element, lens[2 * (slot & 3)] and
+ * lens[2 * (slot & 3) + 1] of element mask + 2 + slot / 4 (the head's
+ * lens[0] and lens[1]). */
+#define TW_XDP_INDEX4_SLOTS 8
+#define TW_XDP_INDEX6_SLOTS 4
+
+struct tw_xdp_index4 {
+	__u32 lens[TW_XDP_INDEX4_SLOTS];
+};
+
+struct tw_xdp_index6 {
+	__u64 lens[2 * TW_XDP_INDEX6_SLOTS];
+	__u8 _pad[8];
 };
 
 #endif

@@ -10,12 +10,22 @@ package bpf
 type XDPCounterValue = XdpFilterTwXdpCounterValue
 
 // Prefix table elements (tokenwire.h, "Prefix tables"): element 0 of a
-// table is a head, the others are buckets of XDPBucketSlots slots.
+// table is a head, then come buckets of XDPBucketSlots slots, then the
+// length index.
 type (
 	XDPBucket4 = XdpFilterTwXdpBucket4
 	XDPBucket6 = XdpFilterTwXdpBucket6
 	XDPHead4   = XdpFilterTwXdpHead4
 	XDPHead6   = XdpFilterTwXdpHead6
+	XDPIndex4  = XdpFilterTwXdpIndex4
+	XDPIndex6  = XdpFilterTwXdpIndex6
+)
+
+// Slots of the length index per element (TW_XDP_INDEX4_SLOTS and
+// TW_XDP_INDEX6_SLOTS): IPv4 slots are one bitmap, IPv6 slots two.
+const (
+	XDPIndex4Slots = len(XDPIndex4{}.Lens)
+	XDPIndex6Slots = len(XDPIndex6{}.Lens) / 2
 )
 
 // XDPBucketSlots is TW_XDP_BUCKET_SLOTS, the slots per bucket (a #define,

@@ -63,14 +63,17 @@
  *
  * Why hash tables and not an LPM trie: membership ("is the source in any
  * prefix?") needs no longest match, and blocklists use few distinct
- * lengths. Per length present, a lookup is a multiply, a shift and two
- * bucket reads from an array whose lookups the verifier inlines (all
- * tables of a kind have the template's size, so no BPF_F_INNER_MAP): about
- * 1.5 ns per length here, against 60-110 ns for a trie walk at 65,536
- * prefixes. The cost grows with the number of distinct lengths, not with
- * the number of prefixes; user space folds rare lengths into longer ones
- * where the table has room (internal/xdp, expand.go), which bounds it for
- * lists spread over many lengths.
+ * lengths. Per length probed, a lookup is a multiply, a shift and one or
+ * two bucket reads from an array whose lookups the verifier inlines (all
+ * tables of a kind have the template's size, so no BPF_F_INNER_MAP); a
+ * trie walk at 65,536 prefixes reads a node per bit it descends
+ * (BENCHMARKS.md compares the two). The cost grows with the number of
+ * lengths probed, not with the number of prefixes. The length index (one
+ * read) limits the probes to the lengths that share the source's /16 or
+ * /32 slot, so a source in no prefix, the common case, usually probes one
+ * length or none; and user space folds rare lengths into longer ones where
+ * the table has room (internal/xdp, expand.go), which bounds the probes
+ * for lists spread over many lengths.
  */
 #include "vmlinux.h"
 #include "bpf_helpers.h"
@@ -140,6 +143,10 @@ const struct tw_xdp_head6 *unused_tw_xdp_head6 __attribute__((unused));
 
 _Static_assert(sizeof(struct tw_xdp_head4) <= sizeof(struct tw_xdp_bucket4), "head4 must fit an element");
 _Static_assert(sizeof(struct tw_xdp_head6) <= sizeof(struct tw_xdp_bucket6), "head6 must fit an element");
+_Static_assert(sizeof(struct tw_xdp_index4) == sizeof(struct tw_xdp_bucket4), "index4 must be an element");
+_Static_assert(sizeof(struct tw_xdp_index6) == sizeof(struct tw_xdp_bucket6), "index6 must be an element");
+const struct tw_xdp_index4 *unused_tw_xdp_index4 __attribute__((unused));
+const struct tw_xdp_index6 *unused_tw_xdp_index6 __attribute__((unused));
 
 /* slot packs an (action, reason) verdict into a counter slot. */
 #define slot(action, reason) ((action) * TW_XDP_REASON_MAX + (reason))
@@ -183,9 +190,9 @@ static __always_inline int hit4(void *tbl, const struct tw_xdp_head4 *h, __u64 k
 }
 
 /* in4 reports whether addr (host order) is in a prefix of the table:
- * for every length present, longest first, the masked address is probed.
- * The loop counter bounds the loop for the verifier; lens has at most 33
- * bits. */
+ * for every length in addr's slot of the length index, longest first, the
+ * masked address is probed. The loop counter bounds the loop for the
+ * verifier; lens has at most 33 bits. */
 static __always_inline int in4(void *tbl, __u32 addr)
 {
 	__u32 zero = 0;
@@ -194,7 +201,12 @@ static __always_inline int in4(void *tbl, __u32 addr)
 	struct tw_xdp_head4 *h = bpf_map_lookup_elem(tbl, &zero);
 	if (!h)
 		return 0;
-	__u64 lens = h->lens;
+	__u32 slot = (addr >> 16) & (2 * h->mask + 1);
+	__u32 elem = h->mask + 2 + slot / TW_XDP_INDEX4_SLOTS;
+	struct tw_xdp_index4 *ix = bpf_map_lookup_elem(tbl, &elem);
+	if (!ix)
+		return 0; /* the index always follows the buckets; the verifier wants the check */
+	__u64 lens = ix->lens[slot % TW_XDP_INDEX4_SLOTS] | (h->lens & (1ULL << 32));
 	for (int i = 0; i < 33 && lens; i++) {
 		__u32 bit = ctz64(lens);
 		lens &= lens - 1;
@@ -228,9 +240,9 @@ static __always_inline int hit6(void *tbl, const struct tw_xdp_head6 *h, __u64 h
 	return 0;
 }
 
-/* in6 is in4 for IPv6: lens[0] holds lengths 128..65 (the low half is
- * masked, the high half whole), lens[1] lengths 64..1 (the low half is
- * zero), lens[2] length 0. */
+/* in6 is in4 for IPv6: the slot's first bitmap holds lengths 128..65
+ * (the low half is masked, the high half whole), its second lengths 64..1
+ * (the low half is zero), and the head's lens[2] length 0. */
 static __always_inline int in6(void *tbl, __u64 hi, __u64 lo)
 {
 	__u32 zero = 0;
@@ -239,14 +251,21 @@ static __always_inline int in6(void *tbl, __u64 hi, __u64 lo)
 	struct tw_xdp_head6 *h = bpf_map_lookup_elem(tbl, &zero);
 	if (!h)
 		return 0;
-	__u64 lens = h->lens[0];
+	__u32 slot = (__u32)(hi >> 32) & h->mask;
+	__u32 elem = h->mask + 2 + slot / TW_XDP_INDEX6_SLOTS;
+	struct tw_xdp_index6 *ix = bpf_map_lookup_elem(tbl, &elem);
+	if (!ix)
+		return 0;
+	__u32 at = 2 * (slot % TW_XDP_INDEX6_SLOTS);
+	__u64 lens = ix->lens[at];
+	__u64 lens_short = ix->lens[at + 1];
 	for (int i = 0; i < 64 && lens; i++) {
 		__u32 bit = ctz64(lens) & 63;
 		lens &= lens - 1;
 		if (hit6(tbl, h, hi, lo & (~0ULL << bit), 128 - bit + 1))
 			return 1;
 	}
-	lens = h->lens[1];
+	lens = lens_short;
 	for (int i = 0; i < 64 && lens; i++) {
 		__u32 bit = ctz64(lens) & 63;
 		lens &= lens - 1;

@@ -64,6 +64,17 @@ type XdpFilterTwXdpHead6 struct {
 	Pad2  uint64
 }
 
+type XdpFilterTwXdpIndex4 struct {
+	_    structs.HostLayout
+	Lens [8]uint32
+}
+
+type XdpFilterTwXdpIndex6 struct {
+	_    structs.HostLayout
+	Lens [8]uint64
+	Pad  [8]uint8
+}
+
 type XdpFilterTwXdpReason uint32
 
 const (
@@ -92,6 +103,8 @@ const (
 	XdpFilterVarUnusedTwXdpCounterSlot = "unused_tw_xdp_counter_slot"
 	XdpFilterVarUnusedTwXdpHead4       = "unused_tw_xdp_head4"
 	XdpFilterVarUnusedTwXdpHead6       = "unused_tw_xdp_head6"
+	XdpFilterVarUnusedTwXdpIndex4      = "unused_tw_xdp_index4"
+	XdpFilterVarUnusedTwXdpIndex6      = "unused_tw_xdp_index6"
 	XdpFilterVarUnusedTwXdpReason      = "unused_tw_xdp_reason"
 )
 
@@ -163,6 +176,8 @@ type XdpFilterVariableSpecs struct {
 	UnusedTwXdpCounterSlot *ebpf.VariableSpec `ebpf:"unused_tw_xdp_counter_slot"`
 	UnusedTwXdpHead4       *ebpf.VariableSpec `ebpf:"unused_tw_xdp_head4"`
 	UnusedTwXdpHead6       *ebpf.VariableSpec `ebpf:"unused_tw_xdp_head6"`
+	UnusedTwXdpIndex4      *ebpf.VariableSpec `ebpf:"unused_tw_xdp_index4"`
+	UnusedTwXdpIndex6      *ebpf.VariableSpec `ebpf:"unused_tw_xdp_index6"`
 	UnusedTwXdpReason      *ebpf.VariableSpec `ebpf:"unused_tw_xdp_reason"`
 }
 
@@ -215,6 +230,8 @@ type XdpFilterVariables struct {
 	UnusedTwXdpCounterSlot *ebpf.Variable `ebpf:"unused_tw_xdp_counter_slot"`
 	UnusedTwXdpHead4       *ebpf.Variable `ebpf:"unused_tw_xdp_head4"`
 	UnusedTwXdpHead6       *ebpf.Variable `ebpf:"unused_tw_xdp_head6"`
+	UnusedTwXdpIndex4      *ebpf.Variable `ebpf:"unused_tw_xdp_index4"`
+	UnusedTwXdpIndex6      *ebpf.Variable `ebpf:"unused_tw_xdp_index6"`
 	UnusedTwXdpReason      *ebpf.Variable `ebpf:"unused_tw_xdp_reason"`
 }
 

@@ -27,9 +27,10 @@ const (
 	DefaultCapacity      = 65536
 	DefaultWatchInterval = time.Second
 	// MaxCapacity bounds Capacity4 and Capacity6: the tables are arrays
-	// allocated whole at Open (16 and 36 bytes per unit of capacity,
-	// rounded up to a power of two, twice during a reload), so a capacity
-	// of 2^20 already takes 16 MiB (IPv4) and 36 MiB (IPv6).
+	// allocated whole at Open (20 and 45 bytes per unit of capacity,
+	// rounded up to a power of two, twice during a reload; the IPv4 length
+	// index stops growing at 256 KiB), so a capacity of 2^20 already takes
+	// 16.25 MiB (IPv4) and 45 MiB (IPv6).
 	MaxCapacity = 1 << 20
 	// DefaultMaxFileBytes bounds the blocklist file: a full list of
 	// 65,536 IPv4 and 65,536 IPv6 prefixes, one per line, is under 4 MiB,
@@ -73,9 +74,9 @@ type Config struct {
 	// Capacity4 and Capacity6 bound the IPv4 and IPv6 blocklists in
 	// distinct prefixes (DefaultCapacity when 0, at most MaxCapacity). A
 	// blocklist that does not fit is refused as a whole, never truncated.
-	// Each family's table takes 16 (IPv4) or 36 (IPv6) bytes of kernel
+	// Each family's table takes 20 (IPv4) or 45 (IPv6) bytes of kernel
 	// memory per unit of capacity, rounded up to a power of two, from
-	// Open on (1 and 2.25 MiB at the default), twice during a reload.
+	// Open on (1.25 and 2.8 MiB at the default), twice during a reload.
 	Capacity4, Capacity6 uint32
 	// MinPrefixLen4 and MinPrefixLen6 refuse blocklist prefixes wider
 	// than /MinPrefixLen4 (IPv4) or /MinPrefixLen6 (IPv6), wherever they

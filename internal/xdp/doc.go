@@ -29,16 +29,20 @@
 // # Prefix tables
 //
 // Each list is a hash table per family (tokenwire.h, "Prefix tables"):
-// for each prefix length present, longest first, the program masks the
-// source and looks the masked address up. Membership needs no longest
-// match, blocklists use few distinct lengths, and the lookups are
-// multiply-shift hashes into arrays the verifier inlines: about 2-3 ns per
-// length present against 60-110 ns for an LPM trie walk at 65,536 prefixes.
-// The cost grows with the number of distinct lengths, not of prefixes, so
-// where the table has room the rare lengths are expanded into the next
-// longer one present (a /23 becomes two /24s), choosing the fewest lengths
-// that fit (expand.go). A lookup in the allowlist happens only for a
-// blocklisted source, and not at all when a family's allowlist is empty.
+// for each prefix length that can hold the source, longest first, the
+// program masks the source and looks the masked address up. Membership
+// needs no longest match, blocklists use few distinct lengths, and the
+// lookups are multiply-shift hashes into arrays the verifier inlines
+// (BENCHMARKS.md compares them with LPM trie walks). The cost grows with
+// the number of lengths probed, not of prefixes. Two things keep that
+// number small. A length index in the same table (table.go, lengthIndex)
+// gives, per /16 (IPv4) or /32 (IPv6) of the source, folded to a slot,
+// the lengths of the prefixes that can contain it, so a source in no
+// prefix usually probes none or one. And where the table has room the rare
+// lengths are expanded into the next longer one present (a /23 becomes
+// two /24s), choosing the fewest lengths that fit (expand.go). A lookup in
+// the allowlist happens only for a blocklisted source, and not at all when
+// a family's allowlist is empty.
 //
 // # Counters per interface
 //

@@ -6,9 +6,10 @@ import (
 	"slices"
 )
 
-// The program probes the table once per distinct prefix length (the pass
-// path, the most common one, probes them all), so a list spread over many
-// lengths costs more per packet than one of a few. Blocklists that are
+// The program probes the table once per prefix length in the source's
+// slot of the length index (table.go), so a list spread over many lengths
+// costs more per packet than one of a few, most where many lengths share
+// a slot. Blocklists that are
 // aggregated from several feeds do spread: 20 or more IPv4 lengths. The
 // table usually has room to spare (it is sized for the capacity, at most
 // half full), and a prefix of length l is the same set of addresses as

@@ -26,9 +26,39 @@ func tableBuckets(capacity uint32) uint32 {
 	return 1 << bits.Len32(need-1)
 }
 
-// tableEntries is the array size of such a table: the head and the
-// buckets.
-func tableEntries(capacity uint32) uint32 { return 1 + tableBuckets(capacity) }
+// The length index (tokenwire.h, "Prefix tables") has a slot per key,
+// folded by the key's low bits: IPv4 keys are /16s, at most 2^16 slots,
+// twice the buckets (4 bytes each); IPv6 keys are /32s, as many slots as
+// buckets (16 bytes each). Either adds a quarter to the buckets' memory.
+const (
+	indexKeyBits4 = 16
+	indexKeyBits6 = 32
+)
+
+// indexSlots returns the length index's slot count in a table of nBuckets
+// buckets; the program's slot is the key masked with indexSlots - 1.
+func indexSlots(nBuckets uint32, v6 bool) uint32 {
+	if v6 {
+		return nBuckets
+	}
+	return min(1<<indexKeyBits4, 2*nBuckets)
+}
+
+// indexElements returns how many array elements the length index takes.
+func indexElements(nBuckets uint32, v6 bool) uint32 {
+	per := uint32(bpf.XDPIndex4Slots)
+	if v6 {
+		per = uint32(bpf.XDPIndex6Slots)
+	}
+	return (indexSlots(nBuckets, v6) + per - 1) / per
+}
+
+// tableEntries is the array size of such a table: the head, the buckets
+// and the length index.
+func tableEntries(capacity uint32, v6 bool) uint32 {
+	nb := tableBuckets(capacity)
+	return 1 + nb + indexElements(nb, v6)
+}
 
 // key4 is an IPv4 slot: masked address (host order) << 8 | (length + 1).
 type key4 = uint64
@@ -140,6 +170,114 @@ func fill[K comparable](keys []K, nBuckets uint32, r *rand.Rand, newWhich func()
 	return nil, errTableFull
 }
 
+// lengthIndex builds a table's length index: per slot, the bitmaps of
+// the lengths whose prefixes contain an address of a key in that slot,
+// laid out as the head's lens (IPv4: word 0; IPv6: both words). Length 0
+// stays in the head. A prefix at least as long as the key sets one slot.
+// A shorter one sets the slots of every key it covers, or every slot at
+// once for its length when that length's prefixes cover as many keys as
+// there are slots: the work per length is bounded by the slot count,
+// whatever the list.
+type lengthIndex struct {
+	keyBits int
+	mask    uint64 // slots - 1
+	slots   [][2]uint64
+	all     [2]uint64 // lengths set in every slot
+}
+
+func newLengthIndex(nBuckets uint32, v6 bool, prefixes []netip.Prefix) *lengthIndex {
+	n := indexSlots(nBuckets, v6)
+	x := &lengthIndex{keyBits: indexKeyBits4, mask: uint64(n - 1), slots: make([][2]uint64, n)}
+	if v6 {
+		x.keyBits = indexKeyBits6
+	}
+	short := map[int]uint64{} // keys covered per short length
+	for _, p := range prefixes {
+		if l := p.Bits(); l > 0 && l < x.keyBits {
+			short[l] += 1 << (x.keyBits - l)
+		}
+	}
+	for _, p := range prefixes {
+		l := p.Bits()
+		if l == 0 {
+			continue
+		}
+		w, b := lengthBit(l, v6)
+		k := x.keyOf(p)
+		switch {
+		case l >= x.keyBits:
+			x.slots[k&x.mask][w] |= b
+		case short[l] >= uint64(n):
+			x.all[w] |= b
+		default:
+			for i := range uint64(1) << (x.keyBits - l) {
+				x.slots[(k+i)&x.mask][w] |= b
+			}
+		}
+	}
+	return x
+}
+
+// lengthBit returns the word and bit of length l (1..32 or 1..128) in a
+// lens bitmap.
+func lengthBit(l int, v6 bool) (int, uint64) {
+	switch {
+	case !v6:
+		return 0, 1 << (32 - l)
+	case l > 64:
+		return 0, 1 << (128 - l)
+	default:
+		return 1, 1 << (64 - l)
+	}
+}
+
+// keyOf returns the index key of p's address: its first keyBits bits.
+func (x *lengthIndex) keyOf(p netip.Prefix) uint64 {
+	if p.Addr().Is4() {
+		return uint64(makeKey4(p) >> (8 + 32 - x.keyBits))
+	}
+	return makeKey6(p).hi >> (64 - x.keyBits)
+}
+
+// slot returns slot i's bitmaps.
+func (x *lengthIndex) slot(i int) [2]uint64 {
+	if i >= len(x.slots) {
+		return [2]uint64{} // the last element's unused slots
+	}
+	return [2]uint64{x.slots[i][0] | x.all[0], x.slots[i][1] | x.all[1]}
+}
+
+// elements4 and elements6 append the index's elements, after nBuckets
+// buckets, to img (all-zero elements are left out: the array's default).
+func (x *lengthIndex) elements4(img *tableImage[bpf.XDPBucket4], nBuckets uint32) {
+	const per = bpf.XDPIndex4Slots
+	for e := range indexElements(nBuckets, false) {
+		var ix bpf.XDPIndex4
+		for j := range per {
+			ix.Lens[j] = uint32(x.slot(int(e)*per + j)[0])
+		}
+		if ix != (bpf.XDPIndex4{}) {
+			img.index = append(img.index, 1+nBuckets+e)
+			img.value = append(img.value, *(*bpf.XDPBucket4)(unsafe.Pointer(&ix)))
+		}
+	}
+}
+
+func (x *lengthIndex) elements6(img *tableImage[bpf.XDPBucket6], nBuckets uint32) {
+	const per = bpf.XDPIndex6Slots
+	for e := range indexElements(nBuckets, true) {
+		var ix bpf.XDPIndex6
+		for j := range per {
+			s := x.slot(int(e)*per + j)
+			ix.Lens[2*j], ix.Lens[2*j+1] = s[0], s[1]
+		}
+		if ix != (bpf.XDPIndex6{}) {
+			img.index = append(img.index, 1+nBuckets+e)
+			img.value = append(img.value, *(*bpf.XDPBucket6)(unsafe.Pointer(&ix)))
+		}
+	}
+}
+
 // tableImage is a built table: the array elements to write (index and
 // value); elements not listed stay zero (empty buckets).
 type tableImage[V any] struct {
@@ -179,6 +317,7 @@ func build4(prefixes []netip.Prefix, nBuckets uint32) (tableImage[bpf.XDPBucket4
 			img.value = append(img.value, bpf.XDPBucket4{Slot: b})
 		}
 	}
+	newLengthIndex(nBuckets, false, prefixes).elements4(&img, nBuckets)
 	return img, nil
 }
 
@@ -223,11 +362,17 @@ func build6(prefixes []netip.Prefix, nBuckets uint32) (tableImage[bpf.XDPBucket6
 		img.index = append(img.index, uint32(1+bi))
 		img.value = append(img.value, v)
 	}
+	newLengthIndex(nBuckets, true, prefixes).elements6(&img, nBuckets)
 	return img, nil
 }
 
-// The heads are written into an element of bucket type.
+// The heads are written into an element of bucket type, and so are the
+// index elements, which are exactly bucket-sized.
 var (
 	_ [unsafe.Sizeof(bpf.XDPBucket4{}) - unsafe.Sizeof(bpf.XDPHead4{})]byte
 	_ [unsafe.Sizeof(bpf.XDPBucket6{}) - unsafe.Sizeof(bpf.XDPHead6{})]byte
+	_ [unsafe.Sizeof(bpf.XDPBucket4{}) - unsafe.Sizeof(bpf.XDPIndex4{})]byte
+	_ [unsafe.Sizeof(bpf.XDPIndex4{}) - unsafe.Sizeof(bpf.XDPBucket4{})]byte
+	_ [unsafe.Sizeof(bpf.XDPBucket6{}) - unsafe.Sizeof(bpf.XDPIndex6{})]byte
+	_ [unsafe.Sizeof(bpf.XDPIndex6{}) - unsafe.Sizeof(bpf.XDPBucket6{})]byte
 )

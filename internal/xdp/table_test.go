@@ -14,11 +14,23 @@ import (
 
 // tableContents reads the table in force in s back from the kernel and
 // decodes it: the prefixes it holds, sorted. It also checks the table's
-// invariants: every key sits in one of its two buckets, and the head's
-// bitmap has exactly the lengths present.
+// invariants: every key sits in one of its two buckets, the head's
+// bitmap has exactly the lengths present, and the length index
+// (checkIndex) lets the program find every prefix.
 func tableContents(tb testing.TB, s *tableSlot) []netip.Prefix {
 	tb.Helper()
+	out := readBuckets(tb, s)
+	checkIndex(tb, s, out)
+	return out
+}
+
+// readBuckets decodes the head and the buckets of the table in force in s.
+func readBuckets(tb testing.TB, s *tableSlot) []netip.Prefix {
+	tb.Helper()
 	m := s.inner
+	if want := tableEntries(capacityOf(s), s.v6); m.MaxEntries() != want {
+		tb.Errorf("table %s has %d elements, want %d", s.name, m.MaxEntries(), want)
+	}
 	var out []netip.Prefix
 	lens := map[int]bool{}
 	if s.v6 {
@@ -27,7 +39,7 @@ func tableContents(tb testing.TB, s *tableSlot) []netip.Prefix {
 			tb.Fatal(err)
 		}
 		head := *(*bpf.XDPHead6)(unsafe.Pointer(&first))
-		for i := uint32(1); i < m.MaxEntries(); i++ {
+		for i := uint32(1); i <= s.buckets; i++ {
 			var b bpf.XDPBucket6
 			if err := m.Lookup(i, &b); err != nil {
 				tb.Fatal(err)
@@ -77,7 +89,7 @@ func tableContents(tb testing.TB, s *tableSlot) []netip.Prefix {
 			tb.Fatal(err)
 		}
 		head := *(*bpf.XDPHead4)(unsafe.Pointer(&first))
-		for i := uint32(1); i < m.MaxEntries(); i++ {
+		for i := uint32(1); i <= s.buckets; i++ {
 			var b bpf.XDPBucket4
 			if err := m.Lookup(i, &b); err != nil {
 				tb.Fatal(err)
@@ -111,6 +123,79 @@ func tableContents(tb testing.TB, s *tableSlot) []netip.Prefix {
 	}
 	slices.SortFunc(out, comparePrefixes)
 	return out
+}
+
+// capacityOf returns a capacity whose tables have s's bucket count.
+func capacityOf(s *tableSlot) uint32 { return 2 * s.buckets }
+
+// checkIndex reads the length index of the table in force in s and checks
+// it against the prefixes the table holds: for every prefix, the slot of
+// every key it covers (a sample of at most 257 keys for a short prefix,
+// both ends included) has its length, and no slot has a length that no
+// prefix has.
+func checkIndex(tb testing.TB, s *tableSlot, prefixes []netip.Prefix) {
+	tb.Helper()
+	nSlots := indexSlots(s.buckets, s.v6)
+	slots := make([][2]uint64, 0, nSlots)
+	for e := range indexElements(s.buckets, s.v6) {
+		if s.v6 {
+			var ix bpf.XDPIndex6
+			if err := s.inner.Lookup(1+s.buckets+e, (*bpf.XDPBucket6)(unsafe.Pointer(&ix))); err != nil {
+				tb.Fatal(err)
+			}
+			for j := range bpf.XDPIndex6Slots {
+				slots = append(slots, [2]uint64{ix.Lens[2*j], ix.Lens[2*j+1]})
+			}
+		} else {
+			var ix bpf.XDPIndex4
+			if err := s.inner.Lookup(1+s.buckets+e, (*bpf.XDPBucket4)(unsafe.Pointer(&ix))); err != nil {
+				tb.Fatal(err)
+			}
+			for _, l := range ix.Lens {
+				slots = append(slots, [2]uint64{uint64(l), 0})
+			}
+		}
+	}
+	keyBits, width := indexKeyBits4, 32
+	if s.v6 {
+		keyBits, width = indexKeyBits6, 128
+	}
+	var present [2]uint64
+	missing := 0
+	for _, p := range prefixes {
+		l := p.Bits()
+		if l == 0 {
+			continue
+		}
+		w, b := lengthBit(l, s.v6)
+		present[w] |= b
+		// The key: the address's first keyBits bits, taken from its bytes.
+		a := p.Addr().AsSlice()
+		var key uint64
+		for i := range keyBits / 8 {
+			key = key<<8 | uint64(a[i])
+		}
+		span := uint64(1)
+		if l < keyBits {
+			span = 1 << (keyBits - l)
+		}
+		step := max(span/256, 1)
+		for i := uint64(0); i < span; i += step {
+			for _, k := range []uint64{key + i, key + span - 1} {
+				if slots[k&uint64(nSlots-1)][w]&b == 0 {
+					if missing++; missing <= 5 {
+						tb.Errorf("%s: slot %d of key %#x lacks length %d", p, k&uint64(nSlots-1), k, l)
+					}
+				}
+			}
+		}
+	}
+	for i, sl := range slots {
+		if sl[0]&^present[0] != 0 || sl[1]&^present[1] != 0 {
+			tb.Errorf("index slot %d has lengths no prefix of the %d-bit table has: %#x %#x", i, width, sl[0]&^present[0], sl[1]&^present[1])
+			break
+		}
+	}
 }
 
 func comparePrefixes(a, b netip.Prefix) int {
@@ -167,6 +252,22 @@ func TestTableSize(t *testing.T) {
 	} {
 		if got := tableBuckets(c.capacity); got != c.buckets {
 			t.Errorf("tableBuckets(%d) = %d, want %d", c.capacity, got, c.buckets)
+		}
+	}
+	// The head, the buckets, then the length index: 8 IPv4 slots (at most
+	// 2^16 of them, twice the buckets) or 4 IPv6 slots (as many as the
+	// buckets) per element.
+	for _, c := range []struct {
+		capacity uint32
+		v6       bool
+		entries  uint32
+	}{
+		{1, false, 1 + 1 + 1}, {1, true, 1 + 1 + 1}, {5, false, 1 + 4 + 1}, {5, true, 1 + 4 + 1},
+		{65536, false, 1 + 32768 + 8192}, {65536, true, 1 + 32768 + 8192},
+		{MaxCapacity, false, 1 + 1<<19 + 1<<13}, {MaxCapacity, true, 1 + 1<<19 + 1<<17},
+	} {
+		if got := tableEntries(c.capacity, c.v6); got != c.entries {
+			t.Errorf("tableEntries(%d, v6 %v) = %d, want %d", c.capacity, c.v6, got, c.entries)
 		}
 	}
 }

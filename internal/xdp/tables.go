@@ -12,11 +12,12 @@ import (
 // (tw_xdp_block4, tw_xdp_block6, tw_xdp_allow4, tw_xdp_allow6) and the
 // prefix table in force in it.
 type tableSlot struct {
-	name  string        // kernel name of its tables
-	v6    bool          // IPv6 tables
-	spec  *ebpf.MapSpec // the tables' template, sized at load
-	outer *ebpf.Map
-	inner *ebpf.Map // in force (our fd); nil before the first swap
+	name    string        // kernel name of its tables
+	v6      bool          // IPv6 tables
+	buckets uint32        // buckets per table
+	spec    *ebpf.MapSpec // the tables' template, sized at load
+	outer   *ebpf.Map
+	inner   *ebpf.Map // in force (our fd); nil before the first swap
 }
 
 // newSlot sizes the template of the outer map named outer in spec for
@@ -24,17 +25,17 @@ type tableSlot struct {
 // every table of the slot must have it (tables are not BPF_F_INNER_MAP).
 func newSlot(spec *ebpf.CollectionSpec, outer, name string, v6 bool, capacity uint32) *tableSlot {
 	inner := spec.Maps[outer].InnerMap
-	inner.MaxEntries = tableEntries(capacity)
+	inner.MaxEntries = tableEntries(capacity, v6)
 	t := inner.Copy()
 	t.Name = name
-	return &tableSlot{name: name, v6: v6, spec: t}
+	return &tableSlot{name: name, v6: v6, buckets: tableBuckets(capacity), spec: t}
 }
 
 // build creates a table holding prefixes (distinct, masked, of the slot's
 // family), expanded over fewer lengths where it has room (expand), off to
 // the side: nothing reads it until swap.
 func (s *tableSlot) build(prefixes []netip.Prefix) (*ebpf.Map, error) {
-	buckets := s.spec.MaxEntries - 1
+	buckets := s.buckets
 	prefixes = expand(prefixes, expansionBudget(buckets))
 	m, err := ebpf.NewMap(s.spec)
 	if err != nil {
