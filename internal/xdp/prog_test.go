@@ -55,8 +55,10 @@ var (
 // a page minus headroom and tailroom).
 const maxTestFrame = 1522
 
-// loadInstance loads a filter with the blocklist and one unattached
-// program instance for BPF_PROG_TEST_RUN. Both are closed when tb ends.
+// loadInstance loads a filter with the blocklist and one program instance
+// for BPF_PROG_TEST_RUN, held in the XDP dispatcher (see
+// bpftest.HoldInXDPDispatcher) but attached to no device that carries
+// traffic. Both are closed when tb ends.
 func loadInstance(tb testing.TB, blocklist []string) (*Filter, *instance) {
 	tb.Helper()
 	return loadInstanceCfg(tb, Config{Blocklist: blocklist})
@@ -79,6 +81,7 @@ func loadInstanceCfg(tb testing.TB, cfg Config) (*Filter, *instance) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	bpftest.HoldInXDPDispatcher(tb, inst.prog)
 	return f, inst
 }
 
