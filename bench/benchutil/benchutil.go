@@ -333,3 +333,15 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "the syscall's arguments (its saved registers)"},
 	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory"},
 }
+
+// ProducerReach is the share of its target rate that bench/pipeline's
+// producer must reach for a step to count as evidence at that target:
+// below it, the step measured the pipeline at a lower rate.
+const ProducerReach = 0.95
+
+// ProducerShort reports whether a pipeline step's producer, at
+// producedPerS records/s, fell short of its target (0: no target, as fast
+// as it goes, never short).
+func ProducerShort(producedPerS, target float64) bool {
+	return target > 0 && producedPerS < ProducerReach*target
+}

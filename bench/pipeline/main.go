@@ -28,6 +28,13 @@
 // reader thread is pinned to the other. Loss is what the producer could
 // not reserve (ring full).
 //
+// A step up to -retry-up-to records/s whose producer lost nothing but fell
+// short of its target (benchutil.ProducerShort: the Go runtime's own
+// threads, or the machine, took its CPU) is run again, up to -retries
+// times: it measured a lower rate than the step is for. A step that lost
+// records is never run again. Every attempt is written, the one the step
+// stands on marked as kept.
+//
 // Needs root.
 //
 //	go run ./bench/pipeline -rates 500000,1000000,2000000,0 -rings 262144
@@ -66,6 +73,8 @@ var (
 	batch      = flag.Int("batch", 256, "records per BPF_PROG_TEST_RUN call (repeat); the producer writes a batch at full speed, so keep it well under the ring's capacity for pacing to mean a rate")
 	inflight   = flag.Int("inflight", 9, "whole streams: 2^inflight streams open at once")
 	interval   = flag.Duration("interval", time.Second, "metrics/spans stages: how often the reader builds pdata metrics (the receiver's collection_interval; its default is 10s)")
+	retries    = flag.Int("retries", 2, "times a step is run again when its producer lost nothing but fell short of its target")
+	retryUpTo  = flag.Float64("retry-up-to", 1e6, "steps with targets up to this many records/s are run again when short (the report's verdicts read up to 1M)")
 	outDir     = flag.String("outdir", "bench/results", "where pipeline.csv and pipeline.md go")
 	memProfile = flag.String("memprofile", "", "write a heap profile of every allocation here (slows the run)")
 )
@@ -95,7 +104,9 @@ var stages = []stage{
 
 type step struct {
 	repeat                   int
-	ring                     int // bytes
+	attempt                  int  // 1 for the first run of the step
+	kept                     bool // the attempt the step stands on (its last)
+	ring                     int  // bytes
 	stage                    string
 	target                   float64
 	produced, lost, consumed uint64
@@ -241,15 +252,23 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 			}
 		}
 		for _, target := range rates {
-			s, err := measure(objs, r, produce, st.name, target)
-			if err != nil {
-				return nil, err
+			for attempt := 1; ; attempt++ {
+				s, err := measure(objs, r, produce, st.name, target)
+				if err != nil {
+					return nil, err
+				}
+				s.ring, s.attempt = ringBytes, attempt
+				again := attempt <= *retries && target <= *retryUpTo && s.lost == 0 && benchutil.ProducerShort(rate(s.produced, s.seconds), target)
+				s.kept = !again
+				steps = append(steps, s)
+				fmt.Fprintf(os.Stderr, "pipeline: %4d KiB %-10s target %8.0f/s: produced %8.0f/s, lost %d (%.2f%%), read %d, %.4f allocs/record, reader %.0f ns/record, %.0f%% busy, %.1f%% waiting for its CPU\n",
+					ringBytes>>10, s.stage, target, rate(s.produced, s.seconds), s.lost, 100*float64(s.lost)/float64(max(s.produced, 1)), s.consumed,
+					s.allocsPerRecord(), s.readerNsPerRecord(), s.busy(), s.waiting())
+				if !again {
+					break
+				}
+				fmt.Fprintf(os.Stderr, "pipeline: the producer fell short of its target without loss: running the step again\n")
 			}
-			s.ring = ringBytes
-			steps = append(steps, s)
-			fmt.Fprintf(os.Stderr, "pipeline: %4d KiB %-10s target %8.0f/s: produced %8.0f/s, lost %d (%.2f%%), read %d, %.4f allocs/record, reader %.0f ns/record, %.0f%% busy, %.1f%% waiting for its CPU\n",
-				ringBytes>>10, s.stage, target, float64(s.produced)/s.seconds, s.lost, 100*float64(s.lost)/float64(max(s.produced, 1)), s.consumed,
-				s.allocsPerRecord(), s.readerNsPerRecord(), s.busy(), s.waiting())
 		}
 		if skipped.Load()+evicted.Load() > 0 {
 			fmt.Fprintf(os.Stderr, "pipeline: %s: %d streams skipped, %d evicted (lost REQUEST/RESPONSE records)\n", st.name, skipped.Load(), evicted.Load())

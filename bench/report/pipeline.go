@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver"
 )
 
@@ -25,7 +26,12 @@ func pipelineSection(d *doc) error {
 	}
 	by := map[key][]map[string]string{}
 	var keys []key
+	var rerun []map[string]string // attempts the bench ran again
 	for _, r := range t.Rows {
+		if r["kept"] != "true" {
+			rerun = append(rerun, r)
+			continue
+		}
 		ring, _ := strconv.Atoi(r["ring_bytes"])
 		k := key{ring, r["stage"], num(r, "target_per_s")}
 		if by[k] == nil {
@@ -53,7 +59,24 @@ func pipelineSection(d *doc) error {
 	d.p("A bench-only BPF producer (`bench/pipeline/producer.bpf.c`, BPF_PROG_TEST_RUN, %s records per call, paced, pinned to CPU 0) writes stream records in the real layouts into the real stream tracer's ring buffer; one reader thread on CPU 1 runs the real read loop (`stream.Tracer.Read`) and the receiver's aggregation (`internal/streamagg`), whole streams of 4 records, %s in flight: ", meta.Params["batch"], meta.Params["inflight_streams"])
 	d.p("*metrics* (snapshots every %s) and *spans* (also one span per stream, the receiver's default, taken every %s; as in the receiver, at most `streams.max_pending_spans` = %s wait between takes and the spans of further streams are dropped and counted, their records still aggregated). %s per step; ring sizes interleaved in each repeat. Records are %s bytes (request, response) or %s (progress, end) in the ring. ",
 		meta.Params["interval"], meta.Params["interval"], meta.Params["max_pending_spans"], meta.Params["step"], meta.Params["payload_record_bytes"], meta.Params["stats_record_bytes"])
-	d.p("Lost = reservations the producer could not make (ring full). A step counts as evidence at its target only if the producer reached 95%% of it.\n\n")
+	d.p("Lost = reservations the producer could not make (ring full). A step counts as evidence at its target only if the producer reached %.0f%% of it. ", 100*benchutil.ProducerReach)
+	d.p("A step up to %s records/s whose producer lost nothing but fell short was run again, up to %s times; a step that lost records never was. ", meta.Params["retry_up_to"], meta.Params["retries"])
+	if len(rerun) == 0 {
+		d.p("No step was run again in this run.\n\n")
+	} else {
+		were := "attempts were"
+		if len(rerun) == 1 {
+			were = "attempt was"
+		}
+		d.p("%d %s run again (every attempt is in the CSV, `kept` = false); the tables and verdicts read the last attempt of each step. Run again: ", len(rerun), were)
+		for i, r := range rerun {
+			sep := ", "
+			if i == len(rerun)-1 {
+				sep = ".\n\n"
+			}
+			d.p("repeat %s, %s KiB, %s, target %s: %.0f/s%s", r["repeat"], strconv.Itoa(int(num(r, "ring_bytes"))>>10), r["stage"], r["target_per_s"], num(r, "produced_per_s"), sep)
+		}
+	}
 	d.p("| stage | ring KiB | target records/s | produced/s | lost %% | reader ns/record | spans dropped %% | allocs/record (whole process) | other processes, cores |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, k := range keys {
 		rs := by[k]
@@ -94,7 +117,7 @@ func pipelineSection(d *doc) error {
 					if num(r, "lost") > 0 {
 						lossy++
 					}
-					if num(r, "produced_per_s") < 0.95*k.target {
+					if benchutil.ProducerShort(num(r, "produced_per_s"), k.target) {
 						short++
 					}
 				}
