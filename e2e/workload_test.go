@@ -121,17 +121,17 @@ func (tp traceParent) header() string {
 
 // streamResult is what the client saw of one request.
 type streamResult struct {
-	LocalPort int           // the client's port: client.port on the span
-	Events    int           // data events before [DONE]
-	Done      bool          // saw data: [DONE]
+	LocalPort int  // the client's port: client.port on the span
+	Events    int  // data events before [DONE]
+	Done      bool // saw data: [DONE]
 	// Client-side times from the moment the client had its connection,
 	// before a byte of the request went out: tokenwire's server-side
 	// TTFT and duration (request arrival to first write, to the
 	// terminator's write) cannot exceed them, whatever the machine's load.
 	TTFT     time.Duration // -> first event read
 	Duration time.Duration // -> data: [DONE] read
-	Status    int
-	TP        *traceParent // sent, if any
+	Status   int
+	TP       *traceParent // sent, if any
 }
 
 // chatClient sends one request per connection (keep-alive off), so that

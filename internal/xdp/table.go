@@ -218,8 +218,9 @@ func newLengthIndex(nBuckets uint32, v6 bool, prefixes []netip.Prefix) *lengthIn
 	return x
 }
 
-// lengthBit returns the word and bit of length l (1..32 or 1..128) in a
-// lens bitmap.
+// lengthBit returns the word and bit of length l in a lens bitmap: 0..32
+// for IPv4 (/0 is bit 32), 1..128 for IPv6 (whose head keeps /0 in a word
+// of its own).
 func lengthBit(l int, v6 bool) (int, uint64) {
 	switch {
 	case !v6:
@@ -297,7 +298,8 @@ func build4(prefixes []netip.Prefix, nBuckets uint32) (tableImage[bpf.XDPBucket4
 	keys := make([]key4, len(prefixes))
 	for i, p := range prefixes {
 		keys[i] = makeKey4(p)
-		head.Lens |= 1 << (32 - p.Bits())
+		_, b := lengthBit(p.Bits(), false)
+		head.Lens |= b
 	}
 	r := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	c, err := fill(keys, nBuckets, r, func() func(key4, int) uint32 {
@@ -330,12 +332,10 @@ func build6(prefixes []netip.Prefix, nBuckets uint32) (tableImage[bpf.XDPBucket6
 	keys := make([]key6, len(prefixes))
 	for i, p := range prefixes {
 		keys[i] = makeKey6(p)
-		switch l := p.Bits(); {
-		case l > 64:
-			head.Lens[0] |= 1 << (128 - l)
-		case l > 0:
-			head.Lens[1] |= 1 << (64 - l)
-		default:
+		if l := p.Bits(); l > 0 {
+			w, b := lengthBit(l, true)
+			head.Lens[w] |= b
+		} else {
 			head.Lens[2] |= 1
 		}
 	}
