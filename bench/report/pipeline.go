@@ -70,7 +70,7 @@ func pipelineSection(d *doc) error {
 		}
 		d.p("%d %s run again (every attempt is in the CSV, `kept` = false); the tables and verdicts read the last attempt of each step. Run again: ", len(rerun), were)
 		for i, r := range rerun {
-			sep := ", "
+			sep := "; "
 			if i == len(rerun)-1 {
 				sep = ".\n\n"
 			}
