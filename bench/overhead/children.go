@@ -137,15 +137,16 @@ func runServer(args []string) error {
 
 // loadResult is what the load generator reports (JSON on its -out file).
 type loadResult struct {
-	Streams    int       `json:"streams"`
-	Completed  int       `json:"completed"`
-	Errors     int       `json:"errors"`
-	FirstError string    `json:"first_error,omitempty"`
-	Chunks     int       `json:"chunks"`     // events that arrived inside the window
-	WindowSec  float64   `json:"window_sec"` // the measured window
-	LatencyMs  []float64 `json:"latency_ms"` // p50, p90, p99, p99.9, max of chunk delivery latency
-	TTFTMs     []float64 `json:"ttft_ms"`    // p50, p99 of client-side TTFT (request sent -> first event)
-	Hist       []uint64  `json:"hist"`       // chunk latency histogram, histBounds buckets
+	Streams     int       `json:"streams"`
+	Completed   int       `json:"completed"`
+	Errors      int       `json:"errors"`
+	FirstError  string    `json:"first_error,omitempty"`
+	Chunks      int       `json:"chunks"`       // events that arrived inside the window
+	StatsChunks int       `json:"stats_chunks"` // events that arrived inside the stats window before it
+	WindowSec   float64   `json:"window_sec"`   // the measured window
+	LatencyMs   []float64 `json:"latency_ms"`   // p50, p90, p99, p99.9, max of chunk delivery latency
+	TTFTMs      []float64 `json:"ttft_ms"`      // p50, p99 of client-side TTFT (request sent -> first event)
+	Hist        []uint64  `json:"hist"`         // chunk latency histogram, histBounds buckets
 }
 
 // histBounds are the histogram's upper bounds in microseconds: 10 per
@@ -175,32 +176,34 @@ func histIndex(bounds []float64, us float64) int {
 // -chunks events, reads it to the end over its own connection and starts
 // the next, until -to. Chunk latency is the arrival time minus the time the
 // server scheduled the event for (same host, same wall clock); only events
-// arriving in [-from, -to) count. The window is given as absolute times by
-// the orchestrator, which reads the CPU counters at the same instants.
+// arriving in [-from, -to) count; events arriving in [-stats-from, -from)
+// are counted apart. The windows are given as absolute times by the
+// orchestrator, which reads the counters at the same instants.
 func runLoad(args []string) error {
 	a, err := parseLoad("load", args, loadArgs{addr: "127.0.0.1:18000", streams: 500, chunks: 200, interval: 10 * time.Millisecond}, 12000)
 	if err != nil {
 		return err
 	}
 	from, to := a.from, a.to
-	fromN, toN := from.UnixNano(), to.UnixNano()
+	statsN, fromN, toN := a.statsFrom.UnixNano(), from.UnixNano(), to.UnixNano()
 	window := to.Sub(from)
 	bounds := histBounds()
 
 	type worker struct {
-		lat       []float64
-		ttft      []float64
-		hist      []uint64
-		completed int
-		errs      int
-		firstErr  string
+		lat         []float64
+		ttft        []float64
+		hist        []uint64
+		statsChunks int
+		completed   int
+		errs        int
+		firstErr    string
 	}
 	ws := make([]*worker, a.streams)
 	var wg sync.WaitGroup
 	// Spread the starts over one stream length (at most the warm-up) so
 	// that streams do not all begin and end in the same millisecond and
 	// the window sees a steady state.
-	stagger := min(time.Duration(a.chunks)*a.interval, time.Until(from))
+	stagger := min(time.Duration(a.chunks)*a.interval, time.Until(a.statsFrom))
 	for i := range ws {
 		w := &worker{hist: make([]uint64, len(bounds)+1)}
 		ws[i] = w
@@ -213,6 +216,9 @@ func runLoad(args []string) error {
 				err := oneStream(a.addr, a.chunks, br, func(sent time.Time, first bool, now int64, sched int64) {
 					if first && now >= fromN && now < toN {
 						w.ttft = append(w.ttft, float64(now-sent.UnixNano())/1e6)
+					}
+					if now >= statsN && now < fromN {
+						w.statsChunks++
 					}
 					if now < fromN || now >= toN {
 						return
@@ -240,6 +246,7 @@ func runLoad(args []string) error {
 	for _, w := range ws {
 		lat = append(lat, w.lat...)
 		ttft = append(ttft, w.ttft...)
+		res.StatsChunks += w.statsChunks
 		res.Completed += w.completed
 		res.Errors += w.errs
 		if res.FirstError == "" {

@@ -30,7 +30,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,9 +37,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/internal/teststack"
@@ -57,6 +53,7 @@ var (
 	pyChunks       = flag.Int("py-chunks", 60, "Python: events per stream (each client then sends the next request on its connection)")
 	duration       = flag.Duration("duration", 12*time.Second, "measured window per variant and repeat")
 	warmup         = flag.Duration("warmup", 3*time.Second, "load before the window")
+	statsWindow    = flag.Duration("stats-window", 4*time.Second, "tokenwire variants: the window before the CPU window in which bpf stats are on and the collector's programs are measured")
 	repeats        = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
 	variantsFlag   = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,python/baseline,python/tokenwire", "variants to run: stack/observer")
 	idleConns      = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")
@@ -77,10 +74,12 @@ func main() {
 	}, map[string]func([]string) error{"server": runServer, "load": runLoad, "pyload": runPyLoad, "idle": runIdle})
 }
 
+// bpfStatsSysctl turns bpf stats on for good while it is 1.
+const bpfStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
+
 type env struct {
 	self, tmp string
 	coll      benchutil.Collector
-	stats     io.Closer
 	logs      *os.File
 	procs     *teststack.Group
 }
@@ -126,13 +125,15 @@ func orchestrate() error {
 	defer e.logs.Close()
 	e.procs = &teststack.Group{}
 	defer e.procs.StopAll()
-	// Kernel bpf stats through a BPF_ENABLE_STATS descriptor: the kernel
-	// turns them off again when the last holder closes, even if this
-	// process is killed. On for the whole run: every variant pays alike.
-	if e.stats, err = ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err != nil {
-		return fmt.Errorf("enable bpf stats: %w", err)
+	// bpf stats add two clock reads to every run of every program, which
+	// a user does not pay: they are on only in each tokenwire variant's
+	// stats window, never in a CPU window, so the sysctl that would keep
+	// them on must be off.
+	if on, err := os.ReadFile(bpfStatsSysctl); err != nil {
+		return err
+	} else if strings.TrimSpace(string(on)) != "0" {
+		return fmt.Errorf("%s is on: the servers' CPU would include the stats' own cost; turn it off (sysctl kernel.bpf_stats_enabled=0)", bpfStatsSysctl)
 	}
-	defer e.stats.Close()
 	e.handleSignals()
 
 	variants := strings.Split(*variantsFlag, ",")
@@ -170,7 +171,7 @@ func orchestrate() error {
 		return err
 	}
 	return res.WriteMeta(map[string]string{
-		"streams": strconv.Itoa(*streams), "repeats": strconv.Itoa(*repeats), "window": duration.String(), "warmup": warmup.String(),
+		"streams": strconv.Itoa(*streams), "repeats": strconv.Itoa(*repeats), "window": duration.String(), "warmup": warmup.String(), "stats_window": statsWindow.String(),
 		"go_interval": interval.String(), "go_chunks": strconv.Itoa(*chunks), "py_interval": pyInterval.String(), "py_chunks": strconv.Itoa(*pyChunks),
 		"config": collectorFlags.Config(), "idle_conns": strconv.Itoa(*idleConns),
 	})
@@ -193,8 +194,9 @@ func splitVariant(v string) (stack, observer string, ok bool) {
 var interrupted = make(chan struct{})
 
 // handleSignals stops every child (so no collector keeps its programs
-// attached and no server keeps its port), closes the stats fd and removes
-// the temporary directory, then exits 130.
+// attached and no server keeps its port) and removes the temporary
+// directory, then exits 130; the kernel turns bpf stats off when their
+// descriptor closes with the process.
 func (e *env) handleSignals() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -203,7 +205,6 @@ func (e *env) handleSignals() {
 		close(interrupted)
 		fmt.Fprintf(os.Stderr, "overhead: %v: stopping child processes\n", s)
 		e.procs.StopAll()
-		e.stats.Close()
 		os.RemoveAll(e.tmp)
 		os.Exit(130)
 	}()
@@ -218,9 +219,9 @@ func (e *env) dumpLogs() {
 }
 
 func printRow(r row) {
-	fmt.Fprintf(os.Stderr, "  %-18s chunks=%d (%.0f/s) errors=%d latency p50=%.3fms p99=%.3fms server=%.3f cores coll=%.3f load=%.3f others=%.2f bpf=%.4fs srvRSS=%.1fMiB\n",
+	fmt.Fprintf(os.Stderr, "  %-18s chunks=%d (%.0f/s) errors=%d latency p50=%.3fms p99=%.3fms server=%.3f cores coll=%.3f load=%.3f others=%.2f bpf=%.0fns/chunk srvRSS=%.1fMiB\n",
 		r.Variant, r.Load.Chunks, float64(r.Load.Chunks)/r.Window, r.Load.Errors, at(r.Load.LatencyMs, 0), at(r.Load.LatencyMs, 2),
-		r.cores(r.ServerCPU), r.cores(r.CollectorCPU), r.cores(r.LoadCPU), r.Host.OthersCores, float64(r.BPFRunNs)/1e9, mib(r.ServerMem.RSS))
+		r.cores(r.ServerCPU), r.cores(r.CollectorCPU), r.cores(r.LoadCPU), r.Host.OthersCores, float64(r.BPFRunNs)/float64(max(r.Load.StatsChunks, 1)), mib(r.ServerMem.RSS))
 	if r.Load.FirstError != "" {
 		fmt.Fprintf(os.Stderr, "  first load error: %s\n", r.Load.FirstError)
 	}

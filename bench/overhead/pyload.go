@@ -38,7 +38,7 @@ func runPyLoad(args []string) error {
 	if err != nil {
 		return err
 	}
-	from, to := a.from, a.to
+	to := a.to
 	// Go's monotonic clock is CLOCK_MONOTONIC: one pair of readings maps
 	// every time.Time of this process onto it.
 	t0, m0 := time.Now(), teststack.MonotonicNow()
@@ -46,7 +46,7 @@ func runPyLoad(args []string) error {
 	var mu sync.Mutex
 	var res pyLoadOut
 	var wg sync.WaitGroup
-	stagger := min(time.Duration(a.chunks)*a.interval, time.Until(from))
+	stagger := min(time.Duration(a.chunks)*a.interval, time.Until(a.statsFrom))
 	for w := range a.streams {
 		wg.Add(1)
 		go func() {
@@ -90,14 +90,16 @@ func runPyLoad(args []string) error {
 
 // pyLatency joins the clients' arrivals with the server's reports (by
 // model) into the same result the Go load generator writes: only events
-// that arrived inside [from, to) count.
-func pyLatency(raw []byte, srv *teststack.Proc, from, to time.Time) (loadResult, error) {
+// that arrived inside [from, to) count, and those inside [statsFrom, from)
+// are counted apart.
+func pyLatency(raw []byte, srv *teststack.Proc, statsFrom, from, to time.Time) (loadResult, error) {
 	var lo pyLoadOut
 	if err := json.Unmarshal(raw, &lo); err != nil {
 		return loadResult{}, err
 	}
 	// The window on CLOCK_MONOTONIC.
 	now, nowMono := time.Now(), teststack.MonotonicNow()
+	statsM := nowMono - uint64(now.Sub(statsFrom))
 	fromM := nowMono - uint64(now.Sub(from))
 	toM := nowMono - uint64(now.Sub(to))
 	// The server reports a request when its response is over: wait for
@@ -125,6 +127,9 @@ func pyLatency(raw []byte, srv *teststack.Proc, from, to time.Time) (loadResult,
 		}
 		res.Completed++
 		for i, a := range s.Arrivals {
+			if a >= statsM && a < fromM && i < len(ev) {
+				res.StatsChunks++
+			}
 			if a < fromM || a >= toM || i >= len(ev) {
 				continue
 			}

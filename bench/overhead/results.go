@@ -15,7 +15,7 @@ var rowHeader = []string{"repeat", "variant", "streams", "window_s", "cpu_window
 	"ttft_client_p50_ms", "ttft_client_p99_ms",
 	"server_cpu_s", "collector_cpu_s", "loadgen_cpu_s",
 	"server_rss_bytes", "server_hwm_bytes", "collector_rss_bytes", "collector_hwm_bytes",
-	"bpf_run_ns", "bpf_run_cnt", "collector_spans_exported", "collector_metric_points_exported",
+	"stats_window_s", "stats_chunks", "bpf_run_ns", "bpf_run_cnt", "collector_spans_exported", "collector_metric_points_exported",
 	"host_busy_cores", "others_cores", "steal_cores", "loadavg1", "probe_collector_cpu_s", "probe_wait_s"}
 
 func rowCSV(r row) []string {
@@ -25,13 +25,14 @@ func rowCSV(r row) []string {
 		f3(at(r.Load.TTFTMs, 0)), f3(at(r.Load.TTFTMs, 1)),
 		f3(r.ServerCPU), f3(r.CollectorCPU), f3(r.LoadCPU),
 		u(r.ServerMem.RSS), u(r.ServerMem.HWM), u(r.CollectorMem.RSS), u(r.CollectorMem.HWM),
-		u(r.BPFRunNs), u(r.BPFRunCnt), strconv.Itoa(r.Exported.Spans), strconv.Itoa(r.Exported.Points),
+		f3(r.StatsWindow), strconv.Itoa(r.Load.StatsChunks), u(r.BPFRunNs), u(r.BPFRunCnt), strconv.Itoa(r.Exported.Spans), strconv.Itoa(r.Exported.Points),
 		f3(r.Host.BusyCores), f3(r.Host.OthersCores), f3(r.Host.StealCores), f3(r.Host.LoadEnd),
 		f3(r.ProbeCPU), f3(r.ProbeWait)}
 }
 
 // writeResults writes overhead.csv (a row per variant and repeat),
-// overhead-bpf.csv (the collector's programs by name), overhead-hist.csv
+// overhead-bpf.csv (the collector's programs by name, in the stats
+// window, with the chunks delivered in it), overhead-hist.csv
 // (chunk latency histograms per variant and repeat) and, with the memory
 // measurement, memory.csv and bpf-maps.csv.
 func writeResults(res *benchutil.Results, rows []row, mem *memResult, variants []string) error {
@@ -51,10 +52,10 @@ func writeResults(res *benchutil.Results, rows []row, mem *memResult, variants [
 		slices.Sort(names)
 		for _, n := range names {
 			pr := r.BPFByProg[n]
-			recs = append(recs, []string{strconv.Itoa(r.Repeat), r.Variant, n, u(pr.Ns), u(pr.Cnt), strconv.Itoa(r.Load.Chunks)})
+			recs = append(recs, []string{strconv.Itoa(r.Repeat), r.Variant, n, u(pr.Ns), u(pr.Cnt), strconv.Itoa(r.Load.StatsChunks)})
 		}
 	}
-	if err := res.WriteCSV("overhead-bpf.csv", []string{"repeat", "variant", "program", "run_ns", "run_cnt", "chunks"}, recs); err != nil {
+	if err := res.WriteCSV("overhead-bpf.csv", []string{"repeat", "variant", "program", "run_ns", "run_cnt", "stats_chunks"}, recs); err != nil {
 		return err
 	}
 	bounds := histBounds()

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
@@ -25,13 +28,18 @@ type row struct {
 	LoadCPU      float64
 	ServerMem    benchutil.Mem // at the end of the window
 	CollectorMem benchutil.Mem
-	BPFRunNs     uint64 // in the window, the collector's programs only
-	BPFRunCnt    uint64
-	BPFByProg    map[string]progRun // by program name
-	Window       float64            // nominal window, seconds: chunks count inside it
-	CPUWindow    float64            // measured time between the CPU snapshots, seconds
-	Host         benchutil.HostLoad // the host during the window
-	Exported     exported           // what the collector's debug exporter saw, whole run
+	// BPFRunNs, BPFRunCnt and BPFByProg are the collector's programs (only
+	// its own) in the stats window, which precedes the CPU window: bpf
+	// stats cost every program run two clock reads, so they are off while
+	// CPU is measured.
+	BPFRunNs    uint64
+	BPFRunCnt   uint64
+	BPFByProg   map[string]progRun // by program name
+	Window      float64            // nominal window, seconds: chunks count inside it
+	CPUWindow   float64            // measured time between the CPU snapshots, seconds
+	StatsWindow float64            // nominal stats window, seconds (0: none); Load.StatsChunks count inside it
+	Host        benchutil.HostLoad // the host during the window
+	Exported    exported           // what the collector's debug exporter saw, whole run
 	// ProbeCPU and ProbeWait are the tokenwire collector's CPU seconds and
 	// the seconds from the server's start until the collector reported its
 	// TLS library probed: the one-time cost of a new server, kept out of
@@ -42,12 +50,10 @@ type row struct {
 // progRun is one BPF program's run time and run count.
 type progRun struct{ Ns, Cnt uint64 }
 
-// snapshot is the cumulative counters at one instant.
+// snapshot is the cumulative CPU counters at one instant.
 type snapshot struct {
 	at                      time.Time
 	server, collector, load float64
-	bpfNs, bpfCnt           uint64
-	byProg                  map[string]progRun
 }
 
 // snap reads the counters; any error (a process gone) fails the run
@@ -65,20 +71,72 @@ func snap(server, collector, load *teststack.Proc) (snapshot, error) {
 		if s.collector, err = benchutil.CPUSeconds(collector.Pid()); err != nil {
 			return s, fmt.Errorf("collector CPU: %w", err)
 		}
-		// Only programs the collector holds (by ID): others on the host
-		// are not ours to count.
-		ps, err := benchutil.Programs(collector.Pid())
-		if err != nil {
-			return s, fmt.Errorf("collector's BPF programs: %w", err)
-		}
-		s.bpfNs, s.bpfCnt = benchutil.SumRunNs(ps)
-		s.byProg = map[string]progRun{}
-		for _, p := range ps {
-			r := s.byProg[p.Name]
-			s.byProg[p.Name] = progRun{r.Ns + p.RunNs, r.Cnt + p.RunCnt}
-		}
 	}
 	return s, nil
+}
+
+// programRuns reads the run time and count of the programs the collector
+// holds (by ID: others on the host are not ours to count), by name.
+func programRuns(collector *teststack.Proc) (map[string]progRun, error) {
+	ps, err := benchutil.Programs(collector.Pid())
+	if err != nil {
+		return nil, fmt.Errorf("collector's BPF programs: %w", err)
+	}
+	by := map[string]progRun{}
+	for _, p := range ps {
+		r := by[p.Name]
+		by[p.Name] = progRun{r.Ns + p.RunNs, r.Cnt + p.RunCnt}
+	}
+	return by, nil
+}
+
+// measureBPF turns bpf stats on, reads the collector's programs, turns
+// the stats off at until and reads them again: rw gets the difference. It
+// returns the counters as they stay once the stats are off.
+func measureBPF(rw *row, collector *teststack.Proc, until time.Time) (map[string]progRun, error) {
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		return nil, fmt.Errorf("enable bpf stats: %w", err)
+	}
+	// The kernel turns the stats off when this descriptor closes: the
+	// counters are read after that, so that they all end at one instant.
+	a, err := programRuns(collector)
+	if err != nil {
+		stats.Close()
+		return nil, err
+	}
+	time.Sleep(time.Until(until))
+	if err := stats.Close(); err != nil {
+		return nil, fmt.Errorf("disable bpf stats: %w", err)
+	}
+	b, err := programRuns(collector)
+	if err != nil {
+		return nil, err
+	}
+	rw.BPFByProg = map[string]progRun{}
+	for name, r := range b {
+		d := progRun{r.Ns - a[name].Ns, r.Cnt - a[name].Cnt}
+		rw.BPFByProg[name] = d
+		rw.BPFRunNs += d.Ns
+		rw.BPFRunCnt += d.Cnt
+	}
+	return b, nil
+}
+
+// statsStayedOff fails when the collector's programs counted runs after
+// the stats window: then something kept bpf stats on (another holder of
+// BPF_ENABLE_STATS) and the CPU window paid for them.
+func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
+	now, err := programRuns(collector)
+	if err != nil {
+		return err
+	}
+	for name, r := range now {
+		if r.Cnt != then[name].Cnt {
+			return fmt.Errorf("bpf stats stayed on after the stats window: %s counted %d runs in the CPU window (does another process hold BPF_ENABLE_STATS?)", name, r.Cnt-then[name].Cnt)
+		}
+	}
+	return nil
 }
 
 // runVariant runs one variant at nStreams for one window: collector (if
@@ -132,9 +190,15 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	resFile := filepath.Join(e.tmp, "load.json")
 	os.Remove(resFile)
-	from := time.Now().Add(*warmup)
+	statsFrom := time.Now().Add(*warmup)
+	from := statsFrom
+	if observer == "tokenwire" {
+		from = statsFrom.Add(*statsWindow)
+		rw.StatsWindow = statsWindow.Seconds()
+	}
 	to := from.Add(window)
 	args := []string{"-addr", e.serverAddr(stack), "-streams", strconv.Itoa(nStreams),
+		"-stats-from", strconv.FormatInt(statsFrom.UnixNano(), 10),
 		"-from", strconv.FormatInt(from.UnixNano(), 10), "-to", strconv.FormatInt(to.UnixNano(), 10), "-out", resFile}
 	wait := time.Duration(*chunks)*(*interval)*5 + 60*time.Second
 	if stack == "python" {
@@ -148,6 +212,13 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 		return rw, err
 	}
 	defer load.Stop()
+	var atStatsEnd map[string]progRun
+	if rw.StatsWindow > 0 {
+		time.Sleep(time.Until(statsFrom))
+		if atStatsEnd, err = measureBPF(&rw, coll, from); err != nil {
+			return rw, err
+		}
+	}
 	time.Sleep(time.Until(from))
 	a, err := snap(srv, coll, load)
 	if err != nil {
@@ -168,15 +239,13 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 			return rw, fmt.Errorf("collector memory: %w", err)
 		}
 	}
-	rw.CPUWindow = b.at.Sub(a.at).Seconds()
-	rw.ServerCPU, rw.CollectorCPU, rw.LoadCPU = b.server-a.server, b.collector-a.collector, b.load-a.load
-	rw.BPFRunNs, rw.BPFRunCnt = b.bpfNs-a.bpfNs, b.bpfCnt-a.bpfCnt
-	if b.byProg != nil {
-		rw.BPFByProg = map[string]progRun{}
-		for name, r := range b.byProg {
-			rw.BPFByProg[name] = progRun{r.Ns - a.byProg[name].Ns, r.Cnt - a.byProg[name].Cnt}
+	if atStatsEnd != nil {
+		if err := statsStayedOff(coll, atStatsEnd); err != nil {
+			return rw, err
 		}
 	}
+	rw.CPUWindow = b.at.Sub(a.at).Seconds()
+	rw.ServerCPU, rw.CollectorCPU, rw.LoadCPU = b.server-a.server, b.collector-a.collector, b.load-a.load
 	// The load generator finishes the streams in flight and exits.
 	if err := load.Wait(wait); err != nil {
 		return rw, fmt.Errorf("load: %w", err)
@@ -189,7 +258,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 		return rw, err
 	}
 	if stack == "python" {
-		if rw.Load, err = pyLatency(raw, srv, from, to); err != nil {
+		if rw.Load, err = pyLatency(raw, srv, statsFrom, from, to); err != nil {
 			return rw, err
 		}
 	} else if err := json.Unmarshal(raw, &rw.Load); err != nil {

@@ -143,6 +143,9 @@ func kcostSection(d *doc) error {
 			d.p("| %s | %s | %s | %s | %s | %s | %s |\n", p, hook, each(tw, func(r kround) float64 { return r.runs[p] / r.chunks }).f(2),
 				perRun.f(0), pc.f(0), flRun.f(0), verdict)
 			if hook == "sock_send_length" {
+				if flProg != "" && flRun.ok() {
+					d.emptyWriteNs = max(d.emptyWriteNs, flRun.Max)
+				}
 				d.target(fmt.Sprintf("write-path program (%s) at most 2x the empty program on its hook + 50 ns, %s load", p, l),
 					fmt.Sprintf("%s ns/run vs empty %s ns/run", perRun.f(0), flRun.f(0)), verdict+portNote(data, l, flProg)+stateNote(data, l, flProg), "1")
 				if l == "dense" || l == "sparse" {

@@ -32,6 +32,9 @@ type doc struct {
 	strings.Builder
 	runID   string
 	targets []target // the summary table, filled by the sections
+	// emptyWriteNs is the most an empty program on the write hook took
+	// per run in section 1 (ns; 0 when that section has none).
+	emptyWriteNs float64
 }
 
 // target is one line of the targets table.

@@ -13,6 +13,15 @@ type orow map[string]string
 
 func (r orow) cores(k string) float64 { return num(r, k) / num(r, "cpu_window_s") }
 
+// perStatsChunk is a BPF counter of the stats window per chunk delivered
+// in it (0 for a variant without one: none of the collector's programs ran).
+func perStatsChunk(r map[string]string, k string) float64 {
+	if num(r, "stats_chunks") == 0 {
+		return 0
+	}
+	return num(r, k) / num(r, "stats_chunks")
+}
+
 func overheadSection(d *doc) error {
 	meta, ts, err := d.inputs("overhead", "overhead.csv", "overhead-bpf.csv", "overhead-hist.csv")
 	if err != nil {
@@ -54,7 +63,7 @@ func overheadSection(d *doc) error {
 		meta.Params["go_interval"], meta.Params["go_chunks"], meta.Params["config"])
 	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. ",
 		meta.Params["py_interval"], meta.Params["py_chunks"])
-	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it.\n\n")
+	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in a window of its own (%s, same load) just before each tokenwire variant's CPU window, because bpf stats add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n", meta.Params["stats_window"])
 	d.p("| variant | chunks/s | latency p50 ms | p99 ms | p99.9 ms | server CPU, cores | collector CPU, cores | BPF ns per chunk | server RSS MiB | other processes, cores | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
 		d.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
@@ -64,7 +73,7 @@ func overheadSection(d *doc) error {
 			sp(v, func(r orow) float64 { return num(r, "latency_p999_ms") }).f(3),
 			sp(v, func(r orow) float64 { return r.cores("server_cpu_s") }).f(3),
 			sp(v, func(r orow) float64 { return r.cores("collector_cpu_s") }).f(3),
-			sp(v, func(r orow) float64 { return num(r, "bpf_run_ns") / num(r, "chunks") }).f(0),
+			sp(v, func(r orow) float64 { return perStatsChunk(r, "bpf_run_ns") }).f(0),
 			sp(v, func(r orow) float64 { return num(r, "server_rss_bytes") / (1 << 20) }).f(1),
 			sp(v, func(r orow) float64 { return num(r, "others_cores") }).f(2),
 			sp(v, func(r orow) float64 { return num(r, "errors") }).f(0))
@@ -93,7 +102,8 @@ func overheadSection(d *doc) error {
 		if stack == "python" {
 			limit = 0.01
 		}
-		d.target(fmt.Sprintf("%s server: CPU with tokenwire within +%.0f%% of its baseline (paired by repeat)", stack, limit*100), cpu.pct(), atMost(cpu, limit), "2")
+		d.target(fmt.Sprintf("%s server: CPU with tokenwire within +%.0f%% of its baseline (paired by repeat)", stack, limit*100), cpu.pct(),
+			atMost(cpu, limit)+writeShareNote(d, bt, v, base, by, limit), "2")
 		d.target(fmt.Sprintf("%s server: p99 chunk latency with tokenwire within the baseline's own range (%s ms)", stack, bp99.f(3)), p99.f(3)+" ms", within(p99, bp99), "2")
 	}
 	d.p("\n")
@@ -134,6 +144,42 @@ func probeTable(d *doc, variants []string, by map[string][]orow, sp func(string,
 	}
 }
 
+// writeShareNote compares the CPU target with what the write program
+// alone costs the server: its run time per chunk in the stats window,
+// less the empty program's on its hook (the most section 1 measured, so
+// that the share is a lower bound), over the baseline's CPU per chunk,
+// paired by repeat. The write program runs in the server's own writes, so
+// no tokenwire variant can add less than that.
+func writeShareNote(d *doc, bt *benchutil.Table, v, base string, by map[string][]orow, limit float64) string {
+	if d.emptyWriteNs == 0 {
+		return ""
+	}
+	var prog string
+	var x []float64
+	for _, r := range bt.Rows {
+		if r["variant"] != v || !strings.HasPrefix(r["program"], "tw_st_sent") || num(r, "stats_chunks") == 0 {
+			continue
+		}
+		for _, b := range by[base] {
+			if b["repeat"] == r["repeat"] {
+				own := perStatsChunk(r, "run_ns") - perStatsChunk(r, "run_cnt")*d.emptyWriteNs
+				x = append(x, own/(num(b, "server_cpu_s")*1e9/num(b, "chunks")))
+				prog = r["program"]
+			}
+		}
+	}
+	share := spreadOf(x)
+	if !share.ok() {
+		return ""
+	}
+	what := fmt.Sprintf("%s alone, less the empty program's %.0f ns per run (section 1's most), was %.1f%% [%.1f%% to %.1f%%] of the baseline's CPU per chunk",
+		prog, d.emptyWriteNs, share.Med*100, share.Min*100, share.Max*100)
+	if share.Min > limit {
+		return "; the target is below the write program's own time here: " + what + ", over the limit in every repeat"
+	}
+	return "; " + what
+}
+
 func bpfByProgram(d *doc, bt *benchutil.Table, by map[string][]orow) {
 	type key struct{ v, p string }
 	per := map[key][]float64{}
@@ -144,14 +190,14 @@ func bpfByProgram(d *doc, bt *benchutil.Table, by map[string][]orow) {
 		if per[k] == nil {
 			keys = append(keys, k)
 		}
-		per[k] = append(per[k], num(r, "run_ns")/num(r, "chunks"))
-		runs[k] = append(runs[k], num(r, "run_cnt")/num(r, "chunks"))
+		per[k] = append(per[k], perStatsChunk(r, "run_ns"))
+		runs[k] = append(runs[k], perStatsChunk(r, "run_cnt"))
 	}
 	if len(keys) == 0 {
 		return
 	}
 	slices.SortFunc(keys, func(a, b key) int { return strings.Compare(a.v+a.p, b.v+b.p) })
-	d.p("The collector's BPF programs per delivered chunk under this load (gross: every socket on the host; section 1 has them net of background, beside the floor):\n\n")
+	d.p("The collector's BPF programs per delivered chunk under this load, in the stats window (gross: every socket on the host; section 1 has them net of background, beside the floor):\n\n")
 	d.p("| variant | program | runs per chunk | ns per chunk |\n| --- | --- | --- | --- |\n")
 	for _, k := range keys {
 		d.p("| %s | %s | %s | %s |\n", k.v, k.p, spreadOf(runs[k]).f(2), spreadOf(per[k]).f(0))

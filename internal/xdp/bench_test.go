@@ -107,7 +107,7 @@ type benchImpl struct {
 }
 
 func loadImpls(b *testing.B, list []netip.Prefix) []benchImpl {
-	f, inst := loadInstance(b, nil)
+	f, inst := loadUnheld(b, Config{})
 	if err := f.Reload(list); err != nil {
 		b.Fatal(err)
 	}

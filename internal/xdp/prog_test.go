@@ -67,6 +67,17 @@ func loadInstance(tb testing.TB, blocklist []string) (*Filter, *instance) {
 // loadInstanceCfg is loadInstance with a whole configuration.
 func loadInstanceCfg(tb testing.TB, cfg Config) (*Filter, *instance) {
 	tb.Helper()
+	f, inst := loadUnheld(tb, cfg)
+	bpftest.HoldInXDPDispatcher(tb, inst.prog)
+	return f, inst
+}
+
+// loadUnheld is loadInstanceCfg without the hold, for benchmarks: a
+// BPF_PROG_TEST_RUN with repeat > 1 puts its program in the dispatcher
+// for the run anyway, and a held program would be one more entry there
+// for every other program the benchmark compares it with.
+func loadUnheld(tb testing.TB, cfg Config) (*Filter, *instance) {
+	tb.Helper()
 	bpftest.Require(tb)
 	f, err := newFilter(cfg)
 	if err != nil {
@@ -81,7 +92,6 @@ func loadInstanceCfg(tb testing.TB, cfg Config) (*Filter, *instance) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	bpftest.HoldInXDPDispatcher(tb, inst.prog)
 	return f, inst
 }
 
