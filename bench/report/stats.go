@@ -15,11 +15,14 @@ type spread struct {
 	N             int
 }
 
+// spreadOf is v's median and range. A NaN is a repeat without the
+// quantity (a ratio of two zeros: a program that did not run in that
+// round) and is left out, so N counts the repeats that had it.
 func spreadOf(v []float64) spread {
-	if len(v) == 0 {
+	c := slices.DeleteFunc(slices.Clone(v), math.IsNaN)
+	if len(c) == 0 {
 		return spread{Med: math.NaN(), Min: math.NaN(), Max: math.NaN()}
 	}
-	c := slices.Clone(v)
 	return spread{Med: benchutil.Median(c), Min: slices.Min(c), Max: slices.Max(c), N: len(c)}
 }
 
