@@ -15,9 +15,11 @@
 // and repeat it records chunk delivery latency (Go: arrival minus the time
 // the server scheduled the event; Python: arrival minus the time the app
 // handed the event to the server, from the server's own report), server,
-// collector and load-generator CPU, RSS, the collector's BPF programs' run
-// time by program (by ID, from its file descriptors) and the other
-// processes' CPU on the host during the window. It also measures the
+// collector and load-generator CPU, RSS and the other processes' CPU on
+// the host during the window, and the collector's BPF programs' run time
+// by program (by ID, from its file descriptors) in a stats window just
+// before it: bpf stats cost every program run two clock reads, so they
+// are on only there. It also measures the
 // collector's memory idle and with -idle-conns open streams.
 //
 // Needs root. Traffic stays on 127.0.0.1; every loop and wait is bounded;
@@ -53,7 +55,7 @@ var (
 	pyChunks       = flag.Int("py-chunks", 60, "Python: events per stream (each client then sends the next request on its connection)")
 	duration       = flag.Duration("duration", 12*time.Second, "measured window per variant and repeat")
 	warmup         = flag.Duration("warmup", 3*time.Second, "load before the window")
-	statsWindow    = flag.Duration("stats-window", 4*time.Second, "tokenwire variants: the window before the CPU window in which bpf stats are on and the collector's programs are measured")
+	statsWindow    = flag.Duration("stats-window", 4*time.Second, "the window between the warm-up and the CPU window, for every variant; in a tokenwire variant's, bpf stats are on and the collector's programs are measured")
 	repeats        = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
 	variantsFlag   = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,python/baseline,python/tokenwire", "variants to run: stack/observer")
 	idleConns      = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")

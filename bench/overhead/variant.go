@@ -90,59 +90,56 @@ func programRuns(collector *teststack.Proc) (map[string]progRun, error) {
 	return by, nil
 }
 
-// measureBPF turns bpf stats on, reads the collector's programs, turns
-// the stats off at until and reads them again: rw gets the difference. It
-// returns the counters as they stay once the stats are off.
-func measureBPF(rw *row, collector *teststack.Proc, until time.Time) (map[string]progRun, error) {
-	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-	if err != nil {
-		return nil, fmt.Errorf("enable bpf stats: %w", err)
-	}
-	// The kernel turns the stats off when this descriptor closes: the
-	// counters are read after that, so that they all end at one instant.
-	a, err := programRuns(collector)
-	if err != nil {
-		stats.Close()
-		return nil, err
-	}
-	time.Sleep(time.Until(until))
-	if err := stats.Close(); err != nil {
-		return nil, fmt.Errorf("disable bpf stats: %w", err)
-	}
-	b, err := programRuns(collector)
-	if err != nil {
-		return nil, err
-	}
+// bpfDiff is the collector's programs' runs between two readings. A
+// count that went down means a program was replaced between them, which
+// fails the run rather than turning into a wrapped-around number.
+func bpfDiff(rw *row, before, after map[string]progRun) error {
 	rw.BPFByProg = map[string]progRun{}
-	for name, r := range b {
-		d := progRun{r.Ns - a[name].Ns, r.Cnt - a[name].Cnt}
+	for name, r := range after {
+		b := before[name]
+		if r.Ns < b.Ns || r.Cnt < b.Cnt {
+			return fmt.Errorf("collector's program %s counted fewer runs at the stats window's end than at its start", name)
+		}
+		d := progRun{r.Ns - b.Ns, r.Cnt - b.Cnt}
 		rw.BPFByProg[name] = d
 		rw.BPFRunNs += d.Ns
 		rw.BPFRunCnt += d.Cnt
 	}
-	return b, nil
+	return nil
 }
 
-// statsStayedOff fails when the collector's programs counted runs after
-// the stats window: then something kept bpf stats on (another holder of
-// BPF_ENABLE_STATS) and the CPU window paid for them.
+// statsStayedOff fails when the collector's programs are not the ones
+// read at the stats window's end or counted runs since: then something
+// kept bpf stats on (another holder of BPF_ENABLE_STATS) and the CPU
+// window paid for them.
 func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
 	now, err := programRuns(collector)
 	if err != nil {
 		return err
 	}
+	if len(now) != len(then) {
+		return fmt.Errorf("the collector holds %d programs after the CPU window, %d before it", len(now), len(then))
+	}
 	for name, r := range now {
-		if r.Cnt != then[name].Cnt {
-			return fmt.Errorf("bpf stats stayed on after the stats window: %s counted %d runs in the CPU window (does another process hold BPF_ENABLE_STATS?)", name, r.Cnt-then[name].Cnt)
+		t, ok := then[name]
+		if !ok {
+			return fmt.Errorf("the collector's program %s appeared during the CPU window", name)
+		}
+		if r.Cnt != t.Cnt {
+			return fmt.Errorf("bpf stats stayed on after the stats window: %s counted runs in the CPU window (%d, then %d; does another process hold BPF_ENABLE_STATS?)", name, t.Cnt, r.Cnt)
 		}
 	}
 	return nil
 }
 
-// runVariant runs one variant at nStreams for one window: collector (if
-// any), server, load generator; CPU and BPF counters are read at the
-// window's start and end, which the load generator uses too (passed as
-// absolute times), so chunks and CPU cover the same interval.
+// runVariant runs one variant at nStreams: collector (if any), server,
+// load generator, then after the warm-up a stats window and the CPU
+// window, on the same timeline for every variant. The load generator gets
+// both windows as absolute times and counts the chunks in each. For
+// tokenwire, bpf stats are on in the stats window only: the collector's
+// programs are read before it (counters stand still while stats are off)
+// and after it, and the CPU counters right after the stats go off, so
+// that chunks, CPU and BPF each cover their own window.
 func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
 	stack, observer, _ := splitVariant(variant)
 	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
@@ -191,11 +188,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	resFile := filepath.Join(e.tmp, "load.json")
 	os.Remove(resFile)
 	statsFrom := time.Now().Add(*warmup)
-	from := statsFrom
-	if observer == "tokenwire" {
-		from = statsFrom.Add(*statsWindow)
-		rw.StatsWindow = statsWindow.Seconds()
-	}
+	from := statsFrom.Add(*statsWindow)
 	to := from.Add(window)
 	args := []string{"-addr", e.serverAddr(stack), "-streams", strconv.Itoa(nStreams),
 		"-stats-from", strconv.FormatInt(statsFrom.UnixNano(), 10),
@@ -212,17 +205,36 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 		return rw, err
 	}
 	defer load.Stop()
-	var atStatsEnd map[string]progRun
-	if rw.StatsWindow > 0 {
-		time.Sleep(time.Until(statsFrom))
-		if atStatsEnd, err = measureBPF(&rw, coll, from); err != nil {
+	var before, atStatsEnd map[string]progRun
+	if observer == "tokenwire" && *statsWindow > 0 {
+		rw.StatsWindow = statsWindow.Seconds()
+		if before, err = programRuns(coll); err != nil {
 			return rw, err
 		}
+		time.Sleep(time.Until(statsFrom))
+		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			return rw, fmt.Errorf("enable bpf stats: %w", err)
+		}
+		time.Sleep(time.Until(from))
+		// Closing the descriptor turns the stats off before it returns.
+		if err := stats.Close(); err != nil {
+			return rw, fmt.Errorf("disable bpf stats: %w", err)
+		}
+	} else {
+		time.Sleep(time.Until(from))
 	}
-	time.Sleep(time.Until(from))
 	a, err := snap(srv, coll, load)
 	if err != nil {
 		return rw, err
+	}
+	if rw.StatsWindow > 0 {
+		if atStatsEnd, err = programRuns(coll); err != nil {
+			return rw, err
+		}
+		if err := bpfDiff(&rw, before, atStatsEnd); err != nil {
+			return rw, err
+		}
 	}
 	host := benchutil.StartHost()
 	time.Sleep(time.Until(to))

@@ -183,7 +183,7 @@ func portNote(data map[[2]string][]kround, load, flProg string) string {
 		return ""
 	}
 	over := byRound(sk, fl, func(x, y kround) float64 { return hookNsPerRun(x, prog) - (2*hookNsPerRun(y, flProg) + 50) })
-	if !over.ok() || over.Min <= 0 {
+	if !over.complete() || over.Min <= 0 {
 		return ""
 	}
 	return fmt.Sprintf("; the target is below what reading the socket costs here: one load from the socket alone (%s, its port against a constant) took %s ns/run, over the target in every round",
@@ -258,7 +258,7 @@ func ratioNote(data map[[2]string][]kround) string {
 			return ""
 		}
 		parts = append(parts, fmt.Sprintf("%s %sx", stepOf(mode).Prog, r.f(2)))
-		allOver = allOver && r.Min > 2
+		allOver = allOver && r.complete() && r.Min > 2
 	}
 	note := "; sparse/dense per run on the write hook, paired by round: " + strings.Join(parts, ", ")
 	if allOver {
@@ -269,7 +269,7 @@ func ratioNote(data map[[2]string][]kround) string {
 
 // floorNote says when the target is below what empty programs cost.
 func floorNote(fl spread) string {
-	if fl.ok() && fl.Min >= 250 {
+	if fl.complete() && fl.Min >= 250 {
 		return "; the target is at or below the floor: empty programs on these hooks alone cost 250 ns or more per chunk in every round"
 	}
 	return ""

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -14,10 +15,11 @@ type orow map[string]string
 func (r orow) cores(k string) float64 { return num(r, k) / num(r, "cpu_window_s") }
 
 // perStatsChunk is a BPF counter of the stats window per chunk delivered
-// in it (0 for a variant without one: none of the collector's programs ran).
-func perStatsChunk(r map[string]string, k string) float64 {
-	if num(r, "stats_chunks") == 0 {
-		return 0
+// in it: NaN (n/a) for a variant that measured no BPF there, or whose
+// window delivered nothing.
+func perStatsChunk(r, row map[string]string, k string) float64 {
+	if num(row, "stats_window_s") == 0 || num(r, "stats_chunks") == 0 {
+		return math.NaN()
 	}
 	return num(r, k) / num(r, "stats_chunks")
 }
@@ -57,13 +59,13 @@ func overheadSection(d *doc) error {
 		return spreadOf(x)
 	}
 	d.p("## 2. Streaming overhead: Go and Python servers (bench/overhead)\n\n")
-	d.p("%s concurrent streams per variant; %s measured after %s of warm-up (tokenwire variants: a warm-up that starts once the collector has probed the new server, whose one-time cost is in its own table below); %s repeats, every variant in every repeat, order rotated. ",
-		meta.Params["streams"], meta.Params["window"], meta.Params["warmup"], meta.Params["repeats"])
+	d.p("%s concurrent streams per variant; %s measured after %s of warm-up and a %s stats window, the same timeline for every variant (tokenwire variants: a warm-up that starts once the collector has probed the new server, whose one-time cost is in its own table below); %s repeats, every variant in every repeat, order rotated. ",
+		meta.Params["streams"], meta.Params["window"], meta.Params["warmup"], meta.Params["stats_window"], meta.Params["repeats"])
 	d.p("**Go**: the bench's net/http SSE server, one event every %s, %s events per stream, one connection per stream; variants baseline (alone), tokenwire (the collector with `%s`), interceptor (the OpenTelemetry Go SDK in the server: a histogram record and two counter adds per chunk, a span per stream, OTLP/gRPC to the same collector binary with an otlp receiver). ",
 		meta.Params["go_interval"], meta.Params["go_chunks"], meta.Params["config"])
 	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. ",
 		meta.Params["py_interval"], meta.Params["py_chunks"])
-	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in a window of its own (%s, same load) just before each tokenwire variant's CPU window, because bpf stats add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n", meta.Params["stats_window"])
+	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in the stats window just before the CPU window (same load; bpf stats are on only there, and only in tokenwire variants), because they add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n")
 	d.p("| variant | chunks/s | latency p50 ms | p99 ms | p99.9 ms | server CPU, cores | collector CPU, cores | BPF ns per chunk | server RSS MiB | other processes, cores | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
 		d.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
@@ -73,7 +75,7 @@ func overheadSection(d *doc) error {
 			sp(v, func(r orow) float64 { return num(r, "latency_p999_ms") }).f(3),
 			sp(v, func(r orow) float64 { return r.cores("server_cpu_s") }).f(3),
 			sp(v, func(r orow) float64 { return r.cores("collector_cpu_s") }).f(3),
-			sp(v, func(r orow) float64 { return perStatsChunk(r, "bpf_run_ns") }).f(0),
+			sp(v, func(r orow) float64 { return perStatsChunk(r, r, "bpf_run_ns") }).f(0),
 			sp(v, func(r orow) float64 { return num(r, "server_rss_bytes") / (1 << 20) }).f(1),
 			sp(v, func(r orow) float64 { return num(r, "others_cores") }).f(2),
 			sp(v, func(r orow) float64 { return num(r, "errors") }).f(0))
@@ -144,40 +146,58 @@ func probeTable(d *doc, variants []string, by map[string][]orow, sp func(string,
 	}
 }
 
-// writeShareNote compares the CPU target with what the write program
-// alone costs the server: its run time per chunk in the stats window,
-// less the empty program's on its hook (the most section 1 measured, so
-// that the share is a lower bound), over the baseline's CPU per chunk,
-// paired by repeat. The write program runs in the server's own writes, so
-// no tokenwire variant can add less than that.
+// writeShareNote compares the CPU target with an estimate of what the
+// write program alone costs the server per chunk: its mean run time in the
+// stats window (runs of every tw_st_sent program, which also run on the
+// clients' request writes) less the most an empty program on its hook
+// took per run in section 1, once per chunk (each chunk is at least one
+// write of the server), over the baseline's CPU per chunk in the same
+// repeat. The write program runs inside the server's own writes.
 func writeShareNote(d *doc, bt *benchutil.Table, v, base string, by map[string][]orow, limit float64) string {
 	if d.emptyWriteNs == 0 {
 		return ""
 	}
-	var prog string
-	var x []float64
+	type sum struct{ ns, cnt float64 }
+	sent := map[string]*sum{} // by repeat
 	for _, r := range bt.Rows {
-		if r["variant"] != v || !strings.HasPrefix(r["program"], "tw_st_sent") || num(r, "stats_chunks") == 0 {
+		if r["variant"] != v || !strings.HasPrefix(r["program"], "tw_st_sent") {
 			continue
 		}
-		for _, b := range by[base] {
-			if b["repeat"] == r["repeat"] {
-				own := perStatsChunk(r, "run_ns") - perStatsChunk(r, "run_cnt")*d.emptyWriteNs
-				x = append(x, own/(num(b, "server_cpu_s")*1e9/num(b, "chunks")))
-				prog = r["program"]
-			}
+		if sent[r["repeat"]] == nil {
+			sent[r["repeat"]] = &sum{}
 		}
+		sent[r["repeat"]].ns += num(r, "run_ns")
+		sent[r["repeat"]].cnt += num(r, "run_cnt")
+	}
+	var x []float64
+	for _, b := range by[base] {
+		s := sent[b["repeat"]]
+		if s == nil || s.cnt == 0 {
+			x = append(x, math.NaN())
+			continue
+		}
+		x = append(x, (s.ns/s.cnt-d.emptyWriteNs)/(num(b, "server_cpu_s")*1e9/num(b, "chunks")))
 	}
 	share := spreadOf(x)
 	if !share.ok() {
 		return ""
 	}
-	what := fmt.Sprintf("%s alone, less the empty program's %.0f ns per run (section 1's most), was %.1f%% [%.1f%% to %.1f%%] of the baseline's CPU per chunk",
-		prog, d.emptyWriteNs, share.Med*100, share.Min*100, share.Max*100)
-	if share.Min > limit {
-		return "; the target is below the write program's own time here: " + what + ", over the limit in every repeat"
+	what := fmt.Sprintf("the write program alone (its mean ns per run in the stats window, less the empty program's %.0f, section 1's most, once per chunk) is an estimated %.1f%% [%.1f%% to %.1f%%] of the baseline's CPU per chunk",
+		d.emptyWriteNs, share.Med*100, share.Min*100, share.Max*100)
+	if share.complete() && share.Min > limit {
+		return "; " + what + ", over the limit in every repeat: the target is below the write program's own cost here"
 	}
 	return "; " + what
+}
+
+// rowOf is the overhead.csv row of r's variant and repeat (nil if none).
+func rowOf(by map[string][]orow, r map[string]string) map[string]string {
+	for _, o := range by[r["variant"]] {
+		if o["repeat"] == r["repeat"] {
+			return o
+		}
+	}
+	return nil
 }
 
 func bpfByProgram(d *doc, bt *benchutil.Table, by map[string][]orow) {
@@ -190,8 +210,8 @@ func bpfByProgram(d *doc, bt *benchutil.Table, by map[string][]orow) {
 		if per[k] == nil {
 			keys = append(keys, k)
 		}
-		per[k] = append(per[k], perStatsChunk(r, "run_ns"))
-		runs[k] = append(runs[k], perStatsChunk(r, "run_cnt"))
+		per[k] = append(per[k], perStatsChunk(r, rowOf(by, r), "run_ns"))
+		runs[k] = append(runs[k], perStatsChunk(r, rowOf(by, r), "run_cnt"))
 	}
 	if len(keys) == 0 {
 		return

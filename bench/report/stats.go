@@ -9,24 +9,38 @@ import (
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 )
 
-// spread is a quantity over repeats: median and range.
+// spread is a quantity over repeats: median and range over the N of Of
+// repeats that had it.
 type spread struct {
 	Med, Min, Max float64
-	N             int
+	N, Of         int
 }
 
 // spreadOf is v's median and range. A NaN is a repeat without the
-// quantity (a ratio of two zeros: a program that did not run in that
-// round) and is left out, so N counts the repeats that had it.
+// quantity (a ratio with nothing under it, such as a program that did not
+// run in that round, or a missing cell): it is left out of the figures,
+// which then say in how many repeats they were measured, and no verdict
+// is drawn from them.
 func spreadOf(v []float64) spread {
 	c := slices.DeleteFunc(slices.Clone(v), math.IsNaN)
 	if len(c) == 0 {
-		return spread{Med: math.NaN(), Min: math.NaN(), Max: math.NaN()}
+		return spread{Med: math.NaN(), Min: math.NaN(), Max: math.NaN(), Of: len(v)}
 	}
-	return spread{Med: benchutil.Median(c), Min: slices.Min(c), Max: slices.Max(c), N: len(c)}
+	return spread{Med: benchutil.Median(c), Min: slices.Min(c), Max: slices.Max(c), N: len(c), Of: len(v)}
 }
 
 func (s spread) ok() bool { return s.N > 0 && !math.IsNaN(s.Med) }
+
+// complete says the quantity was measured in every repeat.
+func (s spread) complete() bool { return s.ok() && s.N == s.Of }
+
+// partial is what f and pct add when some repeats lacked the quantity.
+func (s spread) partial() string {
+	if s.N < s.Of {
+		return fmt.Sprintf(" (measured in %d of %d)", s.N, s.Of)
+	}
+	return ""
+}
 
 // f formats "median [min-max]" with prec decimals ("n/a" without data).
 func (s spread) f(prec int) string {
@@ -35,9 +49,9 @@ func (s spread) f(prec int) string {
 	}
 	m := strconv.FormatFloat(s.Med, 'f', prec, 64)
 	if s.N == 1 {
-		return m + " (n=1)"
+		return m + " (n=1)" + s.partial()
 	}
-	return fmt.Sprintf("%s [%s-%s]", m, strconv.FormatFloat(s.Min, 'f', prec, 64), strconv.FormatFloat(s.Max, 'f', prec, 64))
+	return fmt.Sprintf("%s [%s-%s]%s", m, strconv.FormatFloat(s.Min, 'f', prec, 64), strconv.FormatFloat(s.Max, 'f', prec, 64), s.partial())
 }
 
 // pct formats a fraction as a signed percentage spread.
@@ -46,9 +60,9 @@ func (s spread) pct() string {
 		return "n/a"
 	}
 	if s.N == 1 {
-		return fmt.Sprintf("%+.1f%% (n=1)", s.Med*100)
+		return fmt.Sprintf("%+.1f%% (n=1)%s", s.Med*100, s.partial())
 	}
-	return fmt.Sprintf("%+.1f%% [%+.1f%% to %+.1f%%]", s.Med*100, s.Min*100, s.Max*100)
+	return fmt.Sprintf("%+.1f%% [%+.1f%% to %+.1f%%]%s", s.Med*100, s.Min*100, s.Max*100, s.partial())
 }
 
 // atMost is the verdict on "x <= limit" with x's spread: met only if the
@@ -57,6 +71,8 @@ func atMost(x spread, limit float64) string {
 	switch {
 	case !x.ok():
 		return "not measured"
+	case !x.complete():
+		return fmt.Sprintf("not shown: measured in %d of %d repeats", x.N, x.Of)
 	case x.Max <= limit:
 		return "**met**"
 	case x.Min > limit:
@@ -72,6 +88,8 @@ func within(x, ref spread) string {
 	switch {
 	case !x.ok() || !ref.ok():
 		return "not measured"
+	case !x.complete() || !ref.complete():
+		return "not shown: not measured in every repeat"
 	case x.Max <= ref.Max:
 		return "**met**"
 	case x.Min > ref.Max:
