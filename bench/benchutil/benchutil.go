@@ -172,14 +172,10 @@ func Programs(pid int) ([]ProgStat, error) {
 	return out, nil
 }
 
-// SumRunNs sums run time over programs.
-func SumRunNs(ps []ProgStat) (ns, cnt uint64) {
-	for _, p := range ps {
-		ns += p.RunNs
-		cnt += p.RunCnt
-	}
-	return
-}
+// BPFStatsSysctl is kernel.bpf_stats_enabled: while it is 1 the kernel
+// times every run of every BPF program, as BPF_ENABLE_STATS does while
+// held.
+const BPFStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
 
 // MapStat is one BPF map's memory as the kernel accounts it.
 type MapStat struct {
@@ -318,6 +314,12 @@ type WriteStep struct {
 // receiver uses) and two alternatives.
 var StateSteps = []string{"step-store", "step-hash", "step-slot"}
 
+// StampSteps are the modes of the steps that find a socket's state and
+// record a write in it (the clock read and two updates), the least a
+// program that times a socket's writes does: on local storage (what the
+// receiver uses) and on the array slot, the cheapest state measured.
+var StampSteps = []string{"step-state", "step-slot-state"}
+
 // WriteSteps are the steps in order; kcost runs them, the report reads
 // them back by mode and program.
 var WriteSteps = []WriteStep{
@@ -330,7 +332,8 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "instead of local storage: an array slot picked by the connection's ports (inlined lookup, no helper call)", Base: "step-port"},
 	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-store"},
 	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the storage (the write's time, a count)"},
-	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "the syscall's arguments (its saved registers)"},
+	{Mode: "step-slot-state", Prog: "tw_pt_1_slot", Adds: "instead of local storage: the clock read and the same two updates on the array slot", Base: "step-slot"},
+	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "the syscall's arguments (its saved registers)", Base: "step-state"},
 	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory"},
 }
 

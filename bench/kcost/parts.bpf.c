@@ -21,6 +21,9 @@
  *                   lookup the JIT inlines, no helper call
  *   tw_pt_0c_clock  + a clock read
  *   tw_pt_1_state   + two updates of the storage
+ *   tw_pt_1_slot    or the clock read and the same two updates on the
+ *                   array slot: the least a program that times a
+ *                   socket's writes does, with the cheapest state here
  *   tw_pt_2_args    + the syscall's arguments (its saved registers)
  *   tw_pt_3_tail    + the write's last 16 bytes read from user memory
  *
@@ -92,6 +95,25 @@ static __always_inline int state(struct sock *sk)
 	return 0;
 }
 
+/* slot finds the connection's array slot, taking it over from another
+ * connection that hashed there (no collision handling: see tw_pt_slots). */
+static __always_inline struct part_slot *slot(const struct sock *sk)
+{
+	__u32 ports = sk->__sk_common.skc_portpair;
+	__u64 addrs = sk->__sk_common.skc_addrpair;
+	__u32 i = (ports ^ (ports >> 16)) & (PART_SLOTS - 1);
+	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_slots, &i);
+	if (!s)
+		return NULL;
+	if (s->addrs != addrs || s->ports != ports) {
+		s->addrs = addrs;
+		s->ports = ports;
+		s->st.last_ns = 0;
+		s->st.writes = 0;
+	}
+	return s;
+}
+
 /* tail reads the last 16 bytes of a write of ret bytes from its buffer
  * (write, sendto) or from its last buffer (writev, sendmsg). */
 static __always_inline int tail(const struct syscall_args *a, int ret)
@@ -150,19 +172,7 @@ int BPF_PROG(tw_pt_0b_slot, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk))
 		return 0;
-	__u32 ports = sk->__sk_common.skc_portpair;
-	__u64 addrs = sk->__sk_common.skc_addrpair;
-	__u32 i = (ports ^ (ports >> 16)) & (PART_SLOTS - 1);
-	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_slots, &i);
-	if (!s)
-		return 0;
-	if (s->addrs != addrs || s->ports != ports) {
-		s->addrs = addrs;
-		s->ports = ports;
-		s->st.last_ns = 0;
-		s->st.writes = 0;
-	}
-	return 1;
+	return slot(sk) != NULL;
 }
 
 SEC("tp_btf/sock_send_length")
@@ -181,6 +191,19 @@ int BPF_PROG(tw_pt_1_state, struct sock *sk, int ret)
 	if (ret <= 0 || !watched(sk))
 		return 0;
 	return state(sk);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_1_slot, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	struct part_slot *s = slot(sk);
+	if (!s)
+		return 0;
+	s->st.last_ns = bpf_ktime_get_ns();
+	s->st.writes++;
+	return 1;
 }
 
 SEC("tp_btf/sock_send_length")

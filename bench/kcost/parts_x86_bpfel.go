@@ -40,6 +40,7 @@ const (
 	partsProgTwPt0bSlot     = "tw_pt_0b_slot"
 	partsProgTwPt0bStore    = "tw_pt_0b_store"
 	partsProgTwPt0cClock    = "tw_pt_0c_clock"
+	partsProgTwPt1Slot      = "tw_pt_1_slot"
 	partsProgTwPt1State     = "tw_pt_1_state"
 	partsProgTwPt2Args      = "tw_pt_2_args"
 	partsProgTwPt3Tail      = "tw_pt_3_tail"
@@ -96,6 +97,7 @@ type partsProgramSpecs struct {
 	TwPt0bSlot  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_slot"`
 	TwPt0bStore *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
+	TwPt1Slot   *ebpf.ProgramSpec `ebpf:"tw_pt_1_slot"`
 	TwPt1State  *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
 	TwPt2Args   *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
 	TwPt3Tail   *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
@@ -171,6 +173,7 @@ type partsPrograms struct {
 	TwPt0bSlot  *ebpf.Program `ebpf:"tw_pt_0b_slot"`
 	TwPt0bStore *ebpf.Program `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.Program `ebpf:"tw_pt_0c_clock"`
+	TwPt1Slot   *ebpf.Program `ebpf:"tw_pt_1_slot"`
 	TwPt1State  *ebpf.Program `ebpf:"tw_pt_1_state"`
 	TwPt2Args   *ebpf.Program `ebpf:"tw_pt_2_args"`
 	TwPt3Tail   *ebpf.Program `ebpf:"tw_pt_3_tail"`
@@ -184,6 +187,7 @@ func (p *partsPrograms) Close() error {
 		p.TwPt0bSlot,
 		p.TwPt0bStore,
 		p.TwPt0cClock,
+		p.TwPt1Slot,
 		p.TwPt1State,
 		p.TwPt2Args,
 		p.TwPt3Tail,

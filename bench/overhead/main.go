@@ -76,9 +76,6 @@ func main() {
 	}, map[string]func([]string) error{"server": runServer, "load": runLoad, "pyload": runPyLoad, "idle": runIdle})
 }
 
-// bpfStatsSysctl turns bpf stats on for good while it is 1.
-const bpfStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
-
 type env struct {
 	self, tmp string
 	coll      benchutil.Collector
@@ -131,10 +128,10 @@ func orchestrate() error {
 	// a user does not pay: they are on only in each tokenwire variant's
 	// stats window, never in a CPU window, so the sysctl that would keep
 	// them on must be off.
-	if on, err := os.ReadFile(bpfStatsSysctl); err != nil {
+	if on, err := os.ReadFile(benchutil.BPFStatsSysctl); err != nil {
 		return err
 	} else if strings.TrimSpace(string(on)) != "0" {
-		return fmt.Errorf("%s is on: the servers' CPU would include the stats' own cost; turn it off (sysctl kernel.bpf_stats_enabled=0)", bpfStatsSysctl)
+		return fmt.Errorf("%s is on: the servers' CPU would include the stats' own cost; turn it off (sysctl kernel.bpf_stats_enabled=0)", benchutil.BPFStatsSysctl)
 	}
 	e.handleSignals()
 

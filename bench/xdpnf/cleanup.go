@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tokenwire/tokenwire/bench/benchutil"
 )
 
 // children are the processes we started and have not reaped: a signal
@@ -66,21 +68,19 @@ func cleanup() {
 // ("" when untouched).
 var bpfStatsWas string
 
-const bpfStatsPath = "/proc/sys/kernel/bpf_stats_enabled"
-
 // enableBPFStats makes the kernel time every BPF program run, for the
 // XDP programs' own run time; cleanup restores the previous setting.
 func enableBPFStats() error {
-	b, err := os.ReadFile(bpfStatsPath)
+	b, err := os.ReadFile(benchutil.BPFStatsSysctl)
 	if err != nil {
 		return err
 	}
 	bpfStatsWas = strings.TrimSpace(string(b))
-	return os.WriteFile(bpfStatsPath, []byte("1"), 0o644)
+	return os.WriteFile(benchutil.BPFStatsSysctl, []byte("1"), 0o644)
 }
 
 func restoreBPFStats() {
 	if bpfStatsWas != "" {
-		os.WriteFile(bpfStatsPath, []byte(bpfStatsWas), 0o644)
+		os.WriteFile(benchutil.BPFStatsSysctl, []byte(bpfStatsWas), 0o644)
 	}
 }
