@@ -83,8 +83,13 @@ static __always_inline int payload_send(struct payload_buf *b, const void *src, 
 	if (n == 0 || n > TW_REQ_SLICE)
 		return -1;
 	__u64 len = read_size(n, TW_REQ_SLICE);
-	if (bpf_probe_read_user(b->data, len, src))
+	if (bpf_probe_read_user(b->data, len, src)) {
+		/* A page of the buffer was not mapped just then: being
+		 * migrated, or collapsed into a huge page. The helper cannot
+		 * fault it in, and the bytes are not read. */
+		count(&tw_st_counters, TW_ST_COUNTER_UNREAD);
 		return -1;
+	}
 	b->h.id.len = len;
 	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + len, submit_flags(&tw_st_events))) {
 		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);

@@ -85,8 +85,10 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	if (len == 0)
 		return 0;
 	__u64 n = read_size(len > TW_PEEK_MAX ? TW_PEEK_MAX : len, TW_PEEK_MAX);
-	if (bpf_probe_read_user(b->data, n, base))
+	if (bpf_probe_read_user(b->data, n, base)) {
+		count(&tw_st_counters, TW_ST_COUNTER_UNREAD); /* as in payload_send */
 		return 0;
+	}
 	__u8 flags = head_flags(b->data, n);
 	if (flags & TW_RESP_INTERIM)
 		return flags;

@@ -209,7 +209,8 @@ const (
 	StreamTwStreamCounterTW_ST_COUNTER_TLS          StreamTwStreamCounter = 5
 	StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN    StreamTwStreamCounter = 6
 	StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM  StreamTwStreamCounter = 7
-	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 8
+	StreamTwStreamCounterTW_ST_COUNTER_UNREAD       StreamTwStreamCounter = 8
+	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 9
 )
 
 type StreamTwStreamRecord uint32

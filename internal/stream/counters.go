@@ -23,6 +23,11 @@ type Counters struct {
 	// as it began, a client's once a call of it was read), TLSNoRoom
 	// those that could not be for want of room in the state map.
 	TLS, TLSPlain, TLSNoRoom uint64
+	// Unread counts request and response heads not sent to user space
+	// because the application's buffer was not in memory when the probe
+	// read it (a page being migrated or collapsed into a huge page): the
+	// stream is measured, its request or response details are missing.
+	Unread uint64
 }
 
 // Counters sums the kernel's per-CPU counters.
@@ -36,6 +41,7 @@ func (t *Tracer) Counters() (c Counters, err error) {
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS:          &c.TLS,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN:    &c.TLSPlain,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM:  &c.TLSNoRoom,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_UNREAD:       &c.Unread,
 	} {
 		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
 			return c, err

@@ -110,6 +110,14 @@ func (r *tokenwireReceiver) registerStreamTelemetry() error {
 			o.Observe(int64(c.Stale), stale)
 			return nil
 		}),
+		r.telemetry.RegisterReceiverTokenwirePayloadsUnreadCallback(func(_ context.Context, o metric.Int64Observer) error {
+			c, err := tr.Counters()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(c.Unread))
+			return nil
+		}),
 		r.registerTLSTelemetry(tr),
 		r.telemetry.RegisterReceiverTokenwireStreamsOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(agg.OpenCount()))

@@ -83,6 +83,7 @@ func TestSelfTelemetry(t *testing.T) {
 	require.Len(t, up.Data.(metricdata.Gauge[int64]).DataPoints, 2)
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_streams_open", ""), int64(0))
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_map_entries", "stream"), int64(0))
+	require.EqualValues(t, 0, sumFor("otelcol_receiver_tokenwire_payloads_unread", ""))
 	// The handshake probe's count of client handshakes it could not
 	// measure is reported (its value depends on what else connected).
 	untracked, err := tel.GetMetric("otelcol_receiver_tokenwire_connections_untracked")

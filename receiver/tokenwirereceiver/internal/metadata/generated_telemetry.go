@@ -31,6 +31,7 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireCapabilityUp         metric.Int64ObservableGauge
 	ReceiverTokenwireConnectionsUntracked metric.Int64ObservableCounter
 	ReceiverTokenwireMapEntries           metric.Int64ObservableGauge
+	ReceiverTokenwirePayloadsUnread       metric.Int64ObservableCounter
 	ReceiverTokenwireProgramsAttached     metric.Int64ObservableGauge
 	ReceiverTokenwireRecordsLost          metric.Int64ObservableCounter
 	ReceiverTokenwireRecordsRead          metric.Int64Counter
@@ -95,6 +96,21 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireMapEntriesCallback(cb 
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireMapEntries, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireMapEntries)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwirePayloadsUnreadCallback sets callback for observable ReceiverTokenwirePayloadsUnread metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwirePayloadsUnreadCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwirePayloadsUnread, obs: o})
+		return nil
+	}, builder.ReceiverTokenwirePayloadsUnread)
 	if err != nil {
 		return err
 	}
@@ -283,6 +299,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_map_entries",
 		metric.WithDescription("Entries in use in the receiver's bounded BPF maps of per-socket state. [Development]"),
 		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwirePayloadsUnread, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_payloads_unread",
+		metric.WithDescription("Request and response heads the stream probe could not read from the application's memory: a page of its buffer was not mapped at that moment (being migrated, or collapsed into a huge page), and BPF cannot fault it in. Their streams are measured; their request or response details (server.address, model, token usage) are missing. [Development]"),
+		metric.WithUnit("{payload}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireProgramsAttached, err = builder.meter.Int64ObservableGauge(

@@ -65,6 +65,22 @@ func AssertEqualReceiverTokenwireMapEntries(t *testing.T, tt *componenttest.Tele
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverTokenwirePayloadsUnread(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_payloads_unread",
+		Description: "Request and response heads the stream probe could not read from the application's memory: a page of its buffer was not mapped at that moment (being migrated, or collapsed into a huge page), and BPF cannot fault it in. Their streams are measured; their request or response details (server.address, model, token usage) are missing. [Development]",
+		Unit:        "{payload}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_payloads_unread")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverTokenwireProgramsAttached(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_programs_attached",
