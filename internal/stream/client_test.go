@@ -149,10 +149,11 @@ func TestGoClientCallInKernel(t *testing.T) {
 			uncaptured++
 		}
 	}
-	// A request not captured is one whose buffer the kernel could not
-	// read just then (a page of the Go heap being migrated or collapsed
-	// into a huge page: seen once in a loaded emulated guest), and the
-	// kernel counts it so (a response head it could not read counts too).
+	// A request may go uncaptured only because a page of its buffer was
+	// not mapped when the probe read it (the Go heap's pages can be
+	// migrated or collapsed into huge pages at any time), and the kernel
+	// counts each such read (TestUnreadRequestIsCounted; a response head
+	// it could not read counts too).
 	if c, err := tr.Counters(); err != nil || c.Unread < uncaptured {
 		t.Errorf("%d calls with no request captured, %d unread payloads counted (%v): records %v",
 			uncaptured, c.Unread, err, streams)
