@@ -9,7 +9,18 @@
 //     exporting over OTLP/gRPC to the same collector binary, otlp receiver
 //     in place of tokenwire);
 //   - Python (the stack vLLM serves with: uvicorn + starlette, teststack's
-//     server): baseline and tokenwire.
+//     server): baseline and tokenwire;
+//   - on both stacks, bystander: the same collector watching another port,
+//     so that the server is a process it does not observe. Its programs
+//     still run on every write and read of the server and exit at the port
+//     test: what tokenwire costs the other processes of a host, and a
+//     control for the comparison (a bystander's difference from the
+//     baseline is that cost plus what the machine's noise leaves).
+//
+// Every variant's load starts -settle after its server (a tokenwire
+// variant's once the collector has also probed the server, which its /proc
+// scan does within about 5 s), so that every server is as old when the
+// windows start.
 //
 // Server, load generator and collector are separate processes. Per variant
 // and repeat it records chunk delivery latency (Go: arrival minus the time
@@ -55,9 +66,11 @@ var (
 	pyChunks       = flag.Int("py-chunks", 60, "Python: events per stream (each client then sends the next request on its connection)")
 	duration       = flag.Duration("duration", 12*time.Second, "measured window per variant and repeat")
 	warmup         = flag.Duration("warmup", 3*time.Second, "load before the window")
-	statsWindow    = flag.Duration("stats-window", 4*time.Second, "the window between the warm-up and the CPU window, for every variant; in a tokenwire variant's, bpf stats are on and the collector's programs are measured")
+	statsWindow    = flag.Duration("stats-window", 4*time.Second, "the window between the warm-up and the CPU window, for every variant; in a tokenwire or bystander variant's, bpf stats are on and the collector's programs are measured")
+	settle         = flag.Duration("settle", 6*time.Second, "time from a server's start to its load's, in every variant (a tokenwire variant also waits until the collector has probed the server)")
+	bystanderPort  = flag.Int("bystander-port", 18099, "the port a bystander variant's collector watches instead of the server's (nothing listens there)")
 	repeats        = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
-	variantsFlag   = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,python/baseline,python/tokenwire", "variants to run: stack/observer")
+	variantsFlag   = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,go/bystander,python/baseline,python/tokenwire,python/bystander", "variants to run: stack/observer")
 	idleConns      = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")
 	outDir         = flag.String("outdir", "bench/results", "where the results files go")
 )
@@ -135,10 +148,13 @@ func orchestrate() error {
 	}
 	e.handleSignals()
 
+	if *bystanderPort == *port || *bystanderPort == *pyPort {
+		return fmt.Errorf("-bystander-port %d is a server's port: a bystander's collector must watch another", *bystanderPort)
+	}
 	variants := strings.Split(*variantsFlag, ",")
 	for _, v := range variants {
 		if _, _, ok := splitVariant(v); !ok {
-			return fmt.Errorf("-variants: %q is not go/{baseline,tokenwire,interceptor} or python/{baseline,tokenwire}", v)
+			return fmt.Errorf("-variants: %q is not go/{baseline,tokenwire,interceptor,bystander} or python/{baseline,tokenwire,bystander}", v)
 		}
 	}
 	var rows []row
@@ -172,7 +188,7 @@ func orchestrate() error {
 	return res.WriteMeta(map[string]string{
 		"streams": strconv.Itoa(*streams), "repeats": strconv.Itoa(*repeats), "window": duration.String(), "warmup": warmup.String(), "stats_window": statsWindow.String(),
 		"go_interval": interval.String(), "go_chunks": strconv.Itoa(*chunks), "py_interval": pyInterval.String(), "py_chunks": strconv.Itoa(*pyChunks),
-		"config": collectorFlags.Config(), "idle_conns": strconv.Itoa(*idleConns),
+		"config": collectorFlags.Config(), "idle_conns": strconv.Itoa(*idleConns), "settle": settle.String(),
 	})
 }
 
@@ -180,9 +196,9 @@ func orchestrate() error {
 func splitVariant(v string) (stack, observer string, ok bool) {
 	stack, observer, _ = strings.Cut(v, "/")
 	switch {
-	case stack == "go" && (observer == "baseline" || observer == "tokenwire" || observer == "interceptor"):
+	case stack == "go" && (observer == "baseline" || observer == "tokenwire" || observer == "interceptor" || observer == "bystander"):
 		return stack, observer, true
-	case stack == "python" && (observer == "baseline" || observer == "tokenwire"):
+	case stack == "python" && (observer == "baseline" || observer == "tokenwire" || observer == "bystander"):
 		return stack, observer, true
 	}
 	return "", "", false

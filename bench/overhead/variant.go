@@ -133,13 +133,14 @@ func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
 }
 
 // runVariant runs one variant at nStreams: collector (if any), server,
-// load generator, then after the warm-up a stats window and the CPU
-// window, on the same timeline for every variant. The load generator gets
-// both windows as absolute times and counts the chunks in each. For
-// tokenwire, bpf stats are on in the stats window only: the collector's
-// programs are read before it (counters stand still while stats are off)
-// and after it, and the CPU counters right after the stats go off, so
-// that chunks, CPU and BPF each cover their own window.
+// load generator (-settle after the server), then after the warm-up a
+// stats window and the CPU window, on the same timeline for every variant.
+// The load generator gets both windows as absolute times and counts the
+// chunks in each. For tokenwire and bystander, bpf stats are on in the
+// stats window only: the collector's programs are read before it (counters
+// stand still while stats are off) and after it, and the CPU counters
+// right after the stats go off, so that chunks, CPU and BPF each cover
+// their own window.
 func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
 	stack, observer, _ := splitVariant(variant)
 	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
@@ -148,7 +149,11 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	var coll *teststack.Proc
 	if observer != "baseline" {
-		if coll, err = e.coll.Start(e.procs, e.serverPort(stack), observer == "interceptor", e.logs); err != nil {
+		watched := e.serverPort(stack)
+		if observer == "bystander" {
+			watched = *bystanderPort
+		}
+		if coll, err = e.coll.Start(e.procs, watched, observer == "interceptor", e.logs); err != nil {
 			return rw, err
 		}
 		defer func() {
@@ -185,6 +190,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 		}
 		rw.ProbeCPU = after - collBefore
 	}
+	time.Sleep(time.Until(started.Add(*settle)))
 	resFile := filepath.Join(e.tmp, "load.json")
 	os.Remove(resFile)
 	statsFrom := time.Now().Add(*warmup)
@@ -206,7 +212,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	defer load.Stop()
 	var before, atStatsEnd map[string]progRun
-	if observer == "tokenwire" && *statsWindow > 0 {
+	if (observer == "tokenwire" || observer == "bystander") && *statsWindow > 0 {
 		rw.StatsWindow = statsWindow.Seconds()
 		if before, err = programRuns(coll); err != nil {
 			return rw, err

@@ -59,13 +59,13 @@ func overheadSection(d *doc) error {
 		return spreadOf(x)
 	}
 	d.p("## 2. Streaming overhead: Go and Python servers (bench/overhead)\n\n")
-	d.p("%s concurrent streams per variant; %s measured after %s of warm-up and a %s stats window, the same timeline for every variant (tokenwire variants: a warm-up that starts once the collector has probed the new server, whose one-time cost is in its own table below); %s repeats, every variant in every repeat, order rotated. ",
-		meta.Params["streams"], meta.Params["window"], meta.Params["warmup"], meta.Params["stats_window"], meta.Params["repeats"])
+	d.p("%s concurrent streams per variant; every variant's load starts %s after its server (a tokenwire variant's also once the collector has probed the new server, whose one-time cost is in its own table below), then %s of warm-up, a %s stats window and %s measured: the same timeline for every variant; %s repeats, every variant in every repeat, order rotated. ",
+		meta.Params["streams"], meta.Params["settle"], meta.Params["warmup"], meta.Params["stats_window"], meta.Params["window"], meta.Params["repeats"])
 	d.p("**Go**: the bench's net/http SSE server, one event every %s, %s events per stream, one connection per stream; variants baseline (alone), tokenwire (the collector with `%s`), interceptor (the OpenTelemetry Go SDK in the server: a histogram record and two counter adds per chunk, a span per stream, OTLP/gRPC to the same collector binary with an otlp receiver). ",
 		meta.Params["go_interval"], meta.Params["go_chunks"], meta.Params["config"])
-	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. ",
+	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. **Both stacks** also run a bystander variant: the same collector watching another port, so that the server is a process it does not observe (its programs run on the server's writes and reads and exit at the port test): what tokenwire costs a host's other processes, and a control for the comparison, since the bystander differs from its baseline by that cost and the machine's noise alone. ",
 		meta.Params["py_interval"], meta.Params["py_chunks"])
-	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in the stats window just before the CPU window (same load; bpf stats are on only there, and only in tokenwire variants), because they add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n")
+	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in the stats window just before the CPU window (same load; bpf stats are on only there, and only in tokenwire and bystander variants), because they add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n")
 	d.p("| variant | chunks/s | latency p50 ms | p99 ms | p99.9 ms | server CPU, cores | collector CPU, cores | BPF ns per chunk | server RSS MiB | other processes, cores | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
 		d.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
@@ -97,6 +97,11 @@ func overheadSection(d *doc) error {
 		p99 := sp(v, func(r orow) float64 { return num(r, "latency_p99_ms") })
 		bp99 := sp(base, func(r orow) float64 { return num(r, "latency_p99_ms") })
 		d.p("| %s | %s | %s | %+.1f%% | %s ms | %s |\n", v, cpu.pct(), cpc.pct(), (bcpu.Max/bcpu.Min-1)*100, p99.f(3), bp99.f(3))
+		if obs == "bystander" {
+			bpf := sp(v, func(r orow) float64 { return perStatsChunk(r, r, "bpf_run_ns") })
+			d.target(fmt.Sprintf("%s server as a bystander (the collector watching another port): CPU vs its baseline, paired by repeat (computed, no target)", stack),
+				fmt.Sprintf("%s; its programs, which exit at the port test, %s ns per chunk", cpu.pct(), bpf.f(0)), "computed, no target", "2")
+		}
 		if obs != "tokenwire" {
 			continue
 		}
