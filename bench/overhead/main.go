@@ -10,12 +10,14 @@
 //     in place of tokenwire);
 //   - Python (the stack vLLM serves with: uvicorn + starlette, teststack's
 //     server): baseline and tokenwire;
-//   - on both stacks, bystander: the same collector watching another port,
-//     so that the server is a process it does not observe. Its programs
-//     still run on every write and read of the server and exit at the port
-//     test: what tokenwire costs the other processes of a host, and a
-//     control for the comparison (a bystander's difference from the
-//     baseline is that cost plus what the machine's noise leaves).
+//   - on both stacks, bystander: the same collector with stream tracking
+//     on another port, so that the server's streams are not observed. The
+//     stream programs still run on every write and read of the server and
+//     exit at the port test, and handshake tracking (every port, by
+//     default) still times its connections: what tokenwire costs the
+//     other processes of a host, and a control for the comparison (a
+//     bystander's difference from the baseline is that cost plus what the
+//     machine's noise leaves).
 //
 // Every variant's load starts -settle after its server (a tokenwire
 // variant's once the collector has also probed the server, which its /proc
