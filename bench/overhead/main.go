@@ -17,7 +17,11 @@
 //     default) still times its connections: what tokenwire costs the
 //     other processes of a host, and a control for the comparison (a
 //     bystander's difference from the baseline is that cost plus what the
-//     machine's noise leaves).
+//     machine's noise leaves);
+//   - on both stacks, idle: the collector binary with an otlp receiver in
+//     place of tokenwire, which nothing sends to: a collector process
+//     beside the server and no BPF program, so that a bystander's
+//     difference from it is what the attached programs cost.
 //
 // Every variant's load starts -settle after its server (a tokenwire
 // variant's once the collector has also probed the server, which its /proc
@@ -48,6 +52,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,7 +77,7 @@ var (
 	settle         = flag.Duration("settle", 6*time.Second, "time from a server's start to its load's, in every variant (a tokenwire variant also waits until the collector has probed the server)")
 	bystanderPort  = flag.Int("bystander-port", 18099, "the port a bystander variant's collector watches instead of the server's (nothing listens there)")
 	repeats        = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
-	variantsFlag   = flag.String("variants", "go/baseline,go/tokenwire,go/interceptor,go/bystander,python/baseline,python/tokenwire,python/bystander", "variants to run: stack/observer")
+	variantsFlag   = flag.String("variants", strings.Join(variantNames(), ","), "variants to run: stack/observer")
 	idleConns      = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")
 	outDir         = flag.String("outdir", "bench/results", "where the results files go")
 )
@@ -156,7 +161,7 @@ func orchestrate() error {
 	variants := strings.Split(*variantsFlag, ",")
 	for _, v := range variants {
 		if _, _, ok := splitVariant(v); !ok {
-			return fmt.Errorf("-variants: %q is not go/{baseline,tokenwire,interceptor,bystander} or python/{baseline,tokenwire,bystander}", v)
+			return fmt.Errorf("-variants: %q is none of %s", v, strings.Join(variantNames(), ", "))
 		}
 	}
 	var rows []row
@@ -194,16 +199,67 @@ func orchestrate() error {
 	})
 }
 
+// collectorKind is which collector, if any, runs beside a variant's
+// server.
+type collectorKind int
+
+const (
+	noCollector collectorKind = iota
+	// otlpCollector is the collector binary with an otlp receiver in
+	// place of tokenwire: no BPF program.
+	otlpCollector
+	// tokenwireCollector is the collector with the default pipeline.
+	tokenwireCollector
+)
+
+// observer is what runs beside a variant's server; a variant is
+// stack/observer.
+type observer struct {
+	name      string
+	stacks    []string // the stacks it is a variant of
+	collector collectorKind
+	// watchesServer: the tokenwire collector tracks streams on the
+	// server's port; otherwise on -bystander-port, where nothing listens.
+	watchesServer bool
+	// instrumented: the server records its chunks with the OpenTelemetry
+	// Go SDK and exports them to the collector.
+	instrumented bool
+}
+
+var bothStacks = []string{"go", "python"}
+
+// observers are every variant's observer, in the order -variants'
+// default and its error message list them.
+var observers = []observer{
+	{name: "baseline", stacks: bothStacks},
+	{name: "tokenwire", stacks: bothStacks, collector: tokenwireCollector, watchesServer: true},
+	{name: "interceptor", stacks: []string{"go"}, collector: otlpCollector, instrumented: true},
+	{name: "bystander", stacks: bothStacks, collector: tokenwireCollector},
+	{name: "idle", stacks: bothStacks, collector: otlpCollector},
+}
+
 // splitVariant splits "go/tokenwire" into its stack and observer.
-func splitVariant(v string) (stack, observer string, ok bool) {
-	stack, observer, _ = strings.Cut(v, "/")
-	switch {
-	case stack == "go" && (observer == "baseline" || observer == "tokenwire" || observer == "interceptor" || observer == "bystander"):
-		return stack, observer, true
-	case stack == "python" && (observer == "baseline" || observer == "tokenwire" || observer == "bystander"):
-		return stack, observer, true
+func splitVariant(v string) (stack string, obs observer, ok bool) {
+	stack, name, _ := strings.Cut(v, "/")
+	for _, o := range observers {
+		if o.name == name && slices.Contains(o.stacks, stack) {
+			return stack, o, true
+		}
 	}
-	return "", "", false
+	return "", observer{}, false
+}
+
+// variantNames lists every variant, stack by stack, in observers' order.
+func variantNames() []string {
+	var names []string
+	for _, stack := range bothStacks {
+		for _, o := range observers {
+			if slices.Contains(o.stacks, stack) {
+				names = append(names, stack+"/"+o.name)
+			}
+		}
+	}
+	return names
 }
 
 // interrupted is closed when SIGINT, SIGTERM or SIGHUP arrived; the

@@ -136,24 +136,24 @@ func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
 // load generator (-settle after the server), then after the warm-up a
 // stats window and the CPU window, on the same timeline for every variant.
 // The load generator gets both windows as absolute times and counts the
-// chunks in each. For tokenwire and bystander, bpf stats are on in the
+// chunks in each. With the tokenwire collector, bpf stats are on in the
 // stats window only: the collector's programs are read before it (counters
 // stand still while stats are off) and after it, and the CPU counters
 // right after the stats go off, so that chunks, CPU and BPF each cover
 // their own window.
 func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
-	stack, observer, _ := splitVariant(variant)
+	stack, obs, _ := splitVariant(variant)
 	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
 	if err := teststack.WaitPortsFree([]int{e.serverPort(stack)}, 2*time.Minute); err != nil {
 		return rw, err
 	}
 	var coll *teststack.Proc
-	if observer != "baseline" {
+	if obs.collector != noCollector {
 		watched := e.serverPort(stack)
-		if observer == "bystander" {
+		if !obs.watchesServer {
 			watched = *bystanderPort
 		}
-		if coll, err = e.coll.Start(e.procs, watched, observer == "interceptor", e.logs); err != nil {
+		if coll, err = e.coll.Start(e.procs, watched, obs.collector == otlpCollector, e.logs); err != nil {
 			return rw, err
 		}
 		defer func() {
@@ -170,12 +170,12 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 		}
 	}
 	started := time.Now()
-	srv, err := e.startServer(stack, observer)
+	srv, err := e.startServer(stack, obs.instrumented)
 	if err != nil {
 		return rw, err
 	}
 	defer srv.Stop()
-	if observer == "tokenwire" {
+	if obs.collector == tokenwireCollector && obs.watchesServer {
 		// The collector probes a server it has not seen (its TLS library,
 		// at its next /proc scan) once, whenever it appears; the window
 		// measures streaming through a probed server, and the probe's
@@ -212,7 +212,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	defer load.Stop()
 	var before, atStatsEnd map[string]progRun
-	if (observer == "tokenwire" || observer == "bystander") && *statsWindow > 0 {
+	if obs.collector == tokenwireCollector && *statsWindow > 0 {
 		rw.StatsWindow = statsWindow.Seconds()
 		if before, err = programRuns(coll); err != nil {
 			return rw, err
@@ -304,9 +304,9 @@ func (r row) cores(cpuSec float64) float64 {
 }
 
 // startServer starts the variant's server and waits until it is ready:
-// the Go SSE server (instrumented for the interceptor) or teststack's
+// the Go SSE server (instrumented: with the OpenTelemetry Go SDK) or teststack's
 // Python server (uvicorn + starlette).
-func (e *env) startServer(stack, observer string) (*teststack.Proc, error) {
+func (e *env) startServer(stack string, instrumented bool) (*teststack.Proc, error) {
 	if stack == "python" {
 		dir, err := os.MkdirTemp(e.tmp, "py-")
 		if err != nil {
@@ -321,7 +321,7 @@ func (e *env) startServer(stack, observer string) (*teststack.Proc, error) {
 		return s.Proc, nil
 	}
 	args := []string{"server", "-addr", e.serverAddr(stack), "-interval", interval.String()}
-	if observer == "interceptor" {
+	if instrumented {
 		args = append(args, "-otlp", e.coll.OTLPEndpoint())
 	}
 	c, err := e.procs.Start(teststack.ProcOptions{Name: "server", Log: e.logs, Lines: true}, e.self, args...)

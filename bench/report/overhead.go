@@ -63,7 +63,7 @@ func overheadSection(d *doc) error {
 		meta.Params["streams"], meta.Params["settle"], meta.Params["warmup"], meta.Params["stats_window"], meta.Params["window"], meta.Params["repeats"])
 	d.p("**Go**: the bench's net/http SSE server, one event every %s, %s events per stream, one connection per stream; variants baseline (alone), tokenwire (the collector with `%s`), interceptor (the OpenTelemetry Go SDK in the server: a histogram record and two counter adds per chunk, a span per stream, OTLP/gRPC to the same collector binary with an otlp receiver). ",
 		meta.Params["go_interval"], meta.Params["go_chunks"], meta.Params["config"])
-	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. **Both stacks** also run a bystander variant: the same collector with stream tracking on another port, so that the server's streams are not observed (the stream programs run on the server's writes and reads and exit at the port test; handshake tracking, on for every port by default, still times its connections): what tokenwire costs a host's other processes, and a control for the comparison, since the bystander differs from its baseline by that cost and the machine's noise alone. ",
+	d.p("**Python**: teststack's uvicorn + starlette server (the stack vLLM serves with), one event every %s, %s events per stream, clients sending chat completions as openai-python does on keep-alive connections; variants baseline and tokenwire. **Both stacks** also run a bystander variant: the same collector with stream tracking on another port, so that the server's streams are not observed (the stream programs run on the server's writes and reads and exit at the port test; handshake tracking, on for every port by default, still times its connections): what tokenwire costs a host's other processes, and a control for the comparison, since the bystander differs from its baseline by that cost and the machine's noise alone. They also run an idle variant: the collector binary with an otlp receiver in place of tokenwire, which nothing sends to (a collector process beside the server and no BPF program), so that the bystander's difference from it is what the attached programs cost. ",
 		meta.Params["py_interval"], meta.Params["py_chunks"])
 	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in the stats window just before the CPU window (same load; bpf stats are on only there, and only in tokenwire and bystander variants), because they add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n")
 	d.p("| variant | chunks/s | latency p50 ms | p99 ms | p99.9 ms | server CPU, cores | collector CPU, cores | BPF ns per chunk | server RSS MiB | other processes, cores | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -97,10 +97,18 @@ func overheadSection(d *doc) error {
 		p99 := sp(v, func(r orow) float64 { return num(r, "latency_p99_ms") })
 		bp99 := sp(base, func(r orow) float64 { return num(r, "latency_p99_ms") })
 		d.p("| %s | %s | %s | %+.1f%% | %s ms | %s |\n", v, cpu.pct(), cpc.pct(), (bcpu.Max/bcpu.Min-1)*100, p99.f(3), bp99.f(3))
-		if obs == "bystander" {
+		switch obs {
+		case "idle":
+			d.target(fmt.Sprintf("%s server beside an idle collector (no BPF): CPU vs its baseline, paired by repeat (computed, no target)", stack),
+				fmt.Sprintf("%s; p99 %s ms", cpu.pct(), p99.f(3)), "computed, no target", "2")
+		case "bystander":
 			bpf := sp(v, func(r orow) float64 { return perStatsChunk(r, r, "bpf_run_ns") })
-			d.target(fmt.Sprintf("%s server as a bystander (stream tracking on another port): CPU vs its baseline, paired by repeat (computed, no target)", stack),
-				fmt.Sprintf("%s; the collector's programs, the stream programs exiting at the port test, %s ns per chunk", cpu.pct(), bpf.f(0)), "computed, no target", "2")
+			got := fmt.Sprintf("%s; the collector's programs, the stream programs exiting at the port test, %s ns per chunk", cpu.pct(), bpf.f(0))
+			if idle := stack + "/idle"; by[idle] != nil {
+				got += fmt.Sprintf("; against the idle collector, paired by repeat: CPU %s, p99 %s ms against %s ms", paired(v, idle, func(a, b orow) float64 { return a.cores("server_cpu_s")/b.cores("server_cpu_s") - 1 }).pct(),
+					p99.f(3), sp(idle, func(r orow) float64 { return num(r, "latency_p99_ms") }).f(3))
+			}
+			d.target(fmt.Sprintf("%s server as a bystander (stream tracking on another port): CPU vs its baseline, paired by repeat (computed, no target)", stack), got, "computed, no target", "2")
 		}
 		if obs != "tokenwire" {
 			continue
