@@ -243,7 +243,7 @@ func Median(v []float64) float64 {
 }
 
 // Machine describes the host for reports: OS, kernel, CPU count and
-// model, memory, Go version.
+// model, memory.
 func Machine() string {
 	var uts unix.Utsname
 	unix.Uname(&uts)
@@ -267,8 +267,39 @@ func Machine() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s, kernel %s, %d x %s, %.1f GiB RAM, %s",
-		osName, unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), model, mem, runtime.Version())
+	return fmt.Sprintf("%s, kernel %s, %d x %s, %.1f GiB RAM",
+		osName, unix.ByteSliceToString(uts.Release[:]), runtime.NumCPU(), model, mem)
+}
+
+// vulnerabilitiesDir is where the kernel reports, per CPU vulnerability,
+// whether the CPU is affected and which mitigation it applies.
+const vulnerabilitiesDir = "/sys/devices/system/cpu/vulnerabilities"
+
+// CPUVulnerabilities lists the kernel's reports for the CPU
+// vulnerabilities that affect this machine ("name: state", sorted by
+// name), leaving out "Not affected": the mitigations among them
+// (retpolines, return thunks such as SRSO's safe RET) change what every
+// kernel call and return costs, JIT-compiled BPF programs' included, so
+// a floor measured under one set is not comparable with another's. Nil
+// when the kernel does not report them.
+func CPUVulnerabilities() []string {
+	entries, err := os.ReadDir(vulnerabilitiesDir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(vulnerabilitiesDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		state := strings.TrimSpace(string(b))
+		if state == "Not affected" {
+			continue
+		}
+		out = append(out, e.Name()+": "+state)
+	}
+	return out
 }
 
 // RaiseNofile raises RLIMIT_NOFILE's soft limit to at least need: to the

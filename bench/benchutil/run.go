@@ -59,14 +59,20 @@ func NewRunID() string {
 // Meta is what a benchmark program records about itself and the host
 // around its measurements: <section>.meta.json.
 type Meta struct {
-	RunID   string            `json:"run_id"`
-	Section string            `json:"section"`
-	Command []string          `json:"command"`
-	Start   time.Time         `json:"start"`
-	End     time.Time         `json:"end"`
-	Go      string            `json:"go"`
-	Host    HostLoad          `json:"host"`
-	Params  map[string]string `json:"params,omitempty"`
+	RunID   string    `json:"run_id"`
+	Section string    `json:"section"`
+	Command []string  `json:"command"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Go      string    `json:"go"`
+	// Machine, CPUs and CPUVulnerabilities describe the host as the
+	// section ran (Machine, runtime.NumCPU, CPUVulnerabilities): a report
+	// regenerated elsewhere still names the machine that measured.
+	Machine            string            `json:"machine,omitempty"`
+	CPUs               int               `json:"cpus,omitempty"`
+	CPUVulnerabilities []string          `json:"cpu_vulnerabilities,omitempty"`
+	Host               HostLoad          `json:"host"`
+	Params             map[string]string `json:"params,omitempty"`
 }
 
 // Results writes one program's results files into Dir, each stamped with
@@ -115,10 +121,11 @@ func (r *Results) WriteJSON(name string, v any) error {
 }
 
 // WriteMeta ends the section: <section>.meta.json with the command line,
-// the times and the host's load since OpenResults.
+// the times, the machine and the host's load since OpenResults.
 func (r *Results) WriteMeta(params map[string]string) error {
 	m := Meta{RunID: r.RunID, Section: r.Section, Command: os.Args, Start: r.start.UTC(), End: time.Now().UTC(),
-		Go: runtime.Version(), Host: r.host.Stop(), Params: params}
+		Go: runtime.Version(), Machine: Machine(), CPUs: runtime.NumCPU(), CPUVulnerabilities: CPUVulnerabilities(),
+		Host: r.host.Stop(), Params: params}
 	return r.WriteJSON(r.Section+".meta.json", m)
 }
 

@@ -14,6 +14,13 @@ type orow map[string]string
 
 func (r orow) cores(k string) float64 { return num(r, k) / num(r, "cpu_window_s") }
 
+// serverCPURatio is a variant's server CPU against another's in the same
+// repeat, less 1: +0.05 is 5% more.
+func serverCPURatio(a, b orow) float64 { return a.cores("server_cpu_s")/b.cores("server_cpu_s") - 1 }
+
+// p99Of is a repeat's p99 chunk latency, in ms.
+func p99Of(r orow) float64 { return num(r, "latency_p99_ms") }
+
 // perStatsChunk is a BPF counter of the stats window per chunk delivered
 // in it: NaN (n/a) for a variant that measured no BPF there, or whose
 // window delivered nothing.
@@ -71,7 +78,7 @@ func overheadSection(d *doc) error {
 		d.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
 			sp(v, func(r orow) float64 { return num(r, "chunks") / num(r, "window_s") }).f(0),
 			sp(v, func(r orow) float64 { return num(r, "latency_p50_ms") }).f(3),
-			sp(v, func(r orow) float64 { return num(r, "latency_p99_ms") }).f(3),
+			sp(v, p99Of).f(3),
 			sp(v, func(r orow) float64 { return num(r, "latency_p999_ms") }).f(3),
 			sp(v, func(r orow) float64 { return r.cores("server_cpu_s") }).f(3),
 			sp(v, func(r orow) float64 { return r.cores("collector_cpu_s") }).f(3),
@@ -89,13 +96,13 @@ func overheadSection(d *doc) error {
 		if obs == "baseline" || by[base] == nil {
 			continue
 		}
-		cpu := paired(v, base, func(a, b orow) float64 { return a.cores("server_cpu_s")/b.cores("server_cpu_s") - 1 })
+		cpu := paired(v, base, serverCPURatio)
 		cpc := paired(v, base, func(a, b orow) float64 {
 			return (num(a, "server_cpu_s")/num(a, "chunks"))/(num(b, "server_cpu_s")/num(b, "chunks")) - 1
 		})
 		bcpu := sp(base, func(r orow) float64 { return r.cores("server_cpu_s") })
-		p99 := sp(v, func(r orow) float64 { return num(r, "latency_p99_ms") })
-		bp99 := sp(base, func(r orow) float64 { return num(r, "latency_p99_ms") })
+		p99 := sp(v, p99Of)
+		bp99 := sp(base, p99Of)
 		d.p("| %s | %s | %s | %+.1f%% | %s ms | %s |\n", v, cpu.pct(), cpc.pct(), (bcpu.Max/bcpu.Min-1)*100, p99.f(3), bp99.f(3))
 		switch obs {
 		case "idle":
@@ -105,8 +112,8 @@ func overheadSection(d *doc) error {
 			bpf := sp(v, func(r orow) float64 { return perStatsChunk(r, r, "bpf_run_ns") })
 			got := fmt.Sprintf("%s; the collector's programs, the stream programs exiting at the port test, %s ns per chunk", cpu.pct(), bpf.f(0))
 			if idle := stack + "/idle"; by[idle] != nil {
-				got += fmt.Sprintf("; against the idle collector, paired by repeat: CPU %s, p99 %s ms against %s ms", paired(v, idle, func(a, b orow) float64 { return a.cores("server_cpu_s")/b.cores("server_cpu_s") - 1 }).pct(),
-					p99.f(3), sp(idle, func(r orow) float64 { return num(r, "latency_p99_ms") }).f(3))
+				got += fmt.Sprintf("; against the idle collector, paired by repeat: CPU %s, p99 %s ms against %s ms", paired(v, idle, serverCPURatio).pct(),
+					p99.f(3), sp(idle, p99Of).f(3))
 			}
 			d.target(fmt.Sprintf("%s server as a bystander (stream tracking on another port): CPU vs its baseline, paired by repeat (computed, no target)", stack), got, "computed, no target", "2")
 		}
