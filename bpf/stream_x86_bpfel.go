@@ -320,6 +320,7 @@ const (
 	StreamVarN_watchPorts          = "n_watch_ports"
 	StreamVarPortsInMap            = "ports_in_map"
 	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
+	StreamVarRegsByCast            = "regs_by_cast"
 	StreamVarRegsFromBtf           = "regs_from_btf"
 	StreamVarRequestCaptureMax     = "request_capture_max"
 	StreamVarResponseDetails       = "response_details"
@@ -455,6 +456,7 @@ type StreamVariableSpecs struct {
 	N_watchPorts          *ebpf.VariableSpec `ebpf:"n_watch_ports"`
 	PortsInMap            *ebpf.VariableSpec `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
+	RegsByCast            *ebpf.VariableSpec `ebpf:"regs_by_cast"`
 	RegsFromBtf           *ebpf.VariableSpec `ebpf:"regs_from_btf"`
 	RequestCaptureMax     *ebpf.VariableSpec `ebpf:"request_capture_max"`
 	ResponseDetails       *ebpf.VariableSpec `ebpf:"response_details"`
@@ -545,6 +547,7 @@ type StreamVariables struct {
 	N_watchPorts          *ebpf.Variable `ebpf:"n_watch_ports"`
 	PortsInMap            *ebpf.Variable `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`
+	RegsByCast            *ebpf.Variable `ebpf:"regs_by_cast"`
 	RegsFromBtf           *ebpf.Variable `ebpf:"regs_from_btf"`
 	RequestCaptureMax     *ebpf.Variable `ebpf:"request_capture_max"`
 	ResponseDetails       *ebpf.Variable `ebpf:"response_details"`

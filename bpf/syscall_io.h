@@ -43,9 +43,33 @@ struct user_io {
  * they sit at the top of the task's kernel stack, stack_regs_offset bytes
  * above task->stack (THREAD_SIZE minus the frame; x86-64 has no padding
  * above it before FRED, which needs 6.9). The code segment in the frame
- * proves the guess: a wrong offset yields no data, never wrong data. */
+ * proves the guess: a wrong offset yields no data, never wrong data.
+ * regs_by_cast, where the kernel also has bpf_rdonly_cast (6.2+), takes
+ * the frame at that offset with loads alone: every write then saves the
+ * call to bpf_task_pt_regs, which stays the answer when the frame there
+ * is not a user one (a kernel with a larger stack or padding, a 32-bit
+ * process). */
 const volatile __u8 regs_from_btf = 1;
+const volatile __u8 regs_by_cast = 0;
 const volatile __u32 stack_regs_offset = 16384 - sizeof(struct pt_regs);
+
+/* A kfunc the verifier turns into a register move: the loads through its
+ * result are the JIT's fault-tolerant loads. Weak: where the kernel lacks
+ * it, the loader poisons the call, which regs_by_cast = 0 leaves
+ * unreached. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+
+/* task_regs returns the registers task entered the kernel with, or NULL. */
+static __always_inline const struct pt_regs *task_regs(struct task_struct *task)
+{
+	if (regs_by_cast) {
+		const struct pt_regs *regs =
+			bpf_rdonly_cast(task->stack + stack_regs_offset, bpf_core_type_id_kernel(struct pt_regs));
+		if (regs->cs == USER_CS)
+			return regs;
+	}
+	return (const struct pt_regs *)bpf_task_pt_regs(task);
+}
 
 struct syscall_args {
 	long nr;
@@ -59,7 +83,7 @@ static __always_inline int syscall_args(struct syscall_args *a)
 		struct task_struct *task = bpf_get_current_task_btf();
 		if (task->flags & (PF_KTHREAD | PF_IO_WORKER))
 			return -1;
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		const struct pt_regs *regs = task_regs(task);
 		if (!regs)
 			return -1;
 		a->nr = regs->orig_ax;
@@ -87,8 +111,7 @@ static __always_inline int syscall_args(struct syscall_args *a)
 static __always_inline __u64 user_r14(void)
 {
 	if (regs_from_btf) {
-		struct task_struct *task = bpf_get_current_task_btf();
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+		const struct pt_regs *regs = task_regs(bpf_get_current_task_btf());
 		return regs ? regs->r14 : 0;
 	}
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();

@@ -333,11 +333,14 @@ func RaiseNofile(need uint64) error {
 // to the step it builds on (Base, a mode; empty: the step before it).
 // Steps load as the receiver loads its programs, the values of their
 // read-only globals inlined (probe.InlineReadOnly), but for one with
-// KeepRodata, which reads them from .rodata.
+// KeepRodata, which reads them from .rodata; and they find the syscall's
+// registers as the receiver does on this kernel, but for one with
+// RegsByHelper, which asks bpf_task_pt_regs as kernels 5.15 to 6.1 do.
 type WriteStep struct {
 	Mode, Prog, Adds string
 	Base             string
 	KeepRodata       bool
+	RegsByHelper     bool
 }
 
 // StateSteps are the modes of the steps that find a socket's state, each
@@ -364,7 +367,8 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-store"},
 	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the storage (the write's time, a count)"},
 	{Mode: "step-slot-state", Prog: "tw_pt_1_slot", Adds: "instead of local storage: the clock read and the same two updates on the array slot", Base: "step-slot"},
-	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "the syscall's arguments (its saved registers)", Base: "step-state"},
+	{Mode: "step-args-helper", Prog: "tw_pt_2_args", Adds: "the syscall's arguments, its saved registers found by bpf_task_pt_regs (Linux 5.15 to 6.1)", Base: "step-state", RegsByHelper: true},
+	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "instead: the saved registers read at the top of the task's stack, no helper call (the receiver's, Linux 6.2+)", Base: "step-state"},
 	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory"},
 }
 

@@ -45,18 +45,22 @@ func attachFloor() (*benchProgs, error) {
 	return attachAll(&objs, objs.TwFlReady, objs.TwFlRecv, objs.TwFlSent, objs.TwFlState)
 }
 
-// attachPart attaches one of the write program's parts alone, watching
-// port, its read-only globals inlined as the receiver inlines its own
-// unless keepRodata.
-func attachPart(prog string, port uint16, keepRodata bool) (*benchProgs, error) {
+// attachPart attaches the program of a step of the write program alone,
+// watching port, loaded as the step says (benchutil.WriteStep).
+func attachPart(st benchutil.WriteStep, port uint16) (*benchProgs, error) {
 	spec, err := loadParts()
 	if err != nil {
 		return nil, err
 	}
+	prog := st.Prog
 	if err := spec.Variables["port"].Set(port); err != nil {
 		return nil, err
 	}
-	if !keepRodata {
+	byCast := !st.RegsByHelper && probe.HaveKfunc("bpf_rdonly_cast")
+	if err := spec.Variables["regs_by_cast"].Set(byCast); err != nil {
+		return nil, err
+	}
+	if !st.KeepRodata {
 		if _, err := probe.InlineReadOnly(spec); err != nil {
 			return nil, err
 		}

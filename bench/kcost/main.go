@@ -247,7 +247,7 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		attach := attachFloor
 		for _, st := range benchutil.WriteSteps[1:] {
 			if st.Mode == mode {
-				attach = func() (*benchProgs, error) { return attachPart(st.Prog, uint16(l.port), st.KeepRodata) }
+				attach = func() (*benchProgs, error) { return attachPart(st, uint16(l.port)) }
 			}
 		}
 		f, err := attach()

@@ -24,7 +24,9 @@
  *   tw_pt_1_slot    or the clock read and the same two updates on the
  *                   array slot: the least a program that times a
  *                   socket's writes does, with the cheapest state here
- *   tw_pt_2_args    + the syscall's arguments (its saved registers)
+ *   tw_pt_2_args    + the syscall's arguments (its saved registers),
+ *                   found as the receiver finds them on this kernel, or
+ *                   by bpf_task_pt_regs as 5.15 to 6.1 do (syscall_io.h)
  *   tw_pt_3_tail    + the write's last 16 bytes read from user memory
  *
  * What the real program does beyond tw_pt_3_tail is classification and

@@ -45,6 +45,7 @@ const (
 	partsProgTwPt2Args      = "tw_pt_2_args"
 	partsProgTwPt3Tail      = "tw_pt_3_tail"
 	partsVarPort            = "port"
+	partsVarRegsByCast      = "regs_by_cast"
 	partsVarRegsFromBtf     = "regs_from_btf"
 	partsVarStackRegsOffset = "stack_regs_offset"
 )
@@ -117,6 +118,7 @@ type partsMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsVariableSpecs struct {
 	Port            *ebpf.VariableSpec `ebpf:"port"`
+	RegsByCast      *ebpf.VariableSpec `ebpf:"regs_by_cast"`
 	RegsFromBtf     *ebpf.VariableSpec `ebpf:"regs_from_btf"`
 	StackRegsOffset *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
 }
@@ -159,6 +161,7 @@ func (m *partsMaps) Close() error {
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsVariables struct {
 	Port            *ebpf.Variable `ebpf:"port"`
+	RegsByCast      *ebpf.Variable `ebpf:"regs_by_cast"`
 	RegsFromBtf     *ebpf.Variable `ebpf:"regs_from_btf"`
 	StackRegsOffset *ebpf.Variable `ebpf:"stack_regs_offset"`
 }

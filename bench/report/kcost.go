@@ -330,7 +330,7 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	if len(data[[2]string{"dense", "step-tail"}]) == 0 {
 		return
 	}
-	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the two alternatives to local storage), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
+	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to local storage and to bpf_task_pt_regs), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
 	d.p("| step | adds | dense: ns per run | dense: added | sparse: ns per run | sparse: added |\n| --- | --- | --- | --- | --- | --- |\n")
 	perRun := func(l, mode, prog string) ([]kround, spread) {
 		rs := data[[2]string{l, mode}]

@@ -76,6 +76,17 @@ func tracepointExists(group, name string) error {
 	return nil
 }
 
+// HaveKfunc reports whether the running kernel's BTF has the function
+// name, which a program may then call as a kfunc.
+func HaveKfunc(name string) bool {
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var fn *btf.Func
+	return kernel.TypeByName(name, &fn) == nil
+}
+
 // Tracing attaches fentry, fexit and tp_btf programs (the target is in the
 // program's section name).
 func Tracing() AttachFunc {

@@ -117,3 +117,10 @@ func recvmsgArgs() (int, error) {
 var regsFromBTF = sync.OnceValue(func() bool {
 	return features.HaveProgramHelper(ebpf.Kprobe, asm.FnTaskPtRegs) == nil
 })
+
+// regsByCast reports whether the programs can also reach the syscall
+// registers without a helper call: the kernel has bpf_rdonly_cast (Linux
+// 6.2+), a kfunc the verifier turns into a register move.
+var regsByCast = sync.OnceValue(func() bool {
+	return regsFromBTF() && probe.HaveKfunc("bpf_rdonly_cast")
+})

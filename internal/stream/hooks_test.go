@@ -20,15 +20,19 @@ import (
 // expected to accept (bpftest.ExpectedHooks) must attach there, and every
 // combination must measure the stream exactly, request details included.
 // Each also runs, where this kernel has the faster way, the way older
-// kernels or other hook types need: syscall registers from the kernel
-// stack where bpf_task_pt_regs exists, and per-connection state in the
-// map where socket storage works.
+// kernels or other hook types need: syscall registers from
+// bpf_task_pt_regs where loads alone reach them (5.15 to 6.1), from the
+// kernel stack where bpf_task_pt_regs exists (5.10), and per-connection
+// state in the map where socket storage works.
 func TestEveryHookType(t *testing.T) {
 	bpftest.RequireTracefs(t)
 	expected := bpftest.ExpectedHooks(t)
-	type variant struct{ stackRegs, stateInMap bool }
+	type variant struct{ regsByHelper, stackRegs, stateInMap bool }
 	for _, k := range hook.DefaultOrder {
 		variants := []variant{{}}
+		if regsByCast() {
+			variants = append(variants, variant{regsByHelper: true})
+		}
 		if regsFromBTF() {
 			variants = append(variants, variant{stackRegs: true})
 		}
@@ -37,12 +41,17 @@ func TestEveryHookType(t *testing.T) {
 		}
 		for _, v := range variants {
 			stackRegs := v.stackRegs
-			t.Run(fmt.Sprintf("%s/stackRegs=%v/stateInMap=%v", k, v.stackRegs, v.stateInMap), func(t *testing.T) {
+			name := fmt.Sprintf("%s/stackRegs=%v/stateInMap=%v", k, v.stackRegs, v.stateInMap)
+			if v.regsByHelper {
+				name = fmt.Sprintf("%s/regsByHelper", k)
+			}
+			t.Run(name, func(t *testing.T) {
 				srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 5, HeadersFirst: true}
 				addr, port := serve(t, srv)
 				cfg := testConfig(port)
 				cfg.HookOrder = append([]hook.Kind{k}, hook.DefaultOrder...)
 				cfg.stackRegs = stackRegs
+				cfg.regsByHelper = v.regsByHelper
 				cfg.stateInMap = v.stateInMap
 				tr, err := Open(cfg)
 				if err != nil {

@@ -81,6 +81,10 @@ type Config struct {
 	// kernel stack even where bpf_task_pt_regs exists (tests: the way
 	// kernels before 5.15 need).
 	stackRegs bool
+	// regsByHelper makes the programs ask bpf_task_pt_regs for syscall
+	// registers even where they can reach them with loads alone (tests:
+	// the way kernels 5.15 to 6.1 need).
+	regsByHelper bool
 	// stateInMap keeps per-connection state in the map even where socket
 	// storage works (tests: the way untyped hook types and 5.10 need).
 	stateInMap bool
@@ -207,6 +211,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"gap_bounds_ns":       bounds,
 		"wakeup_bytes":        probe.WakeupBytes(cfg.RingBufferBytes),
 		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
+		"regs_by_cast":        boolByte(regsByCast() && !cfg.stackRegs && !cfg.regsByHelper),
 		"state_in_sk":         boolByte(inSocket),
 		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
 		"response_details":    boolByte(!cfg.NoResponseBodies),
