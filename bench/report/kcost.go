@@ -370,6 +370,29 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	}
 	c := cells["tokenwire"]
 	d.p("| tokenwire's write program | classifying the write's bytes (stream_peek.h), accounting the chunk (stream_write.h) | %s | %s | %s | %s |\n\n", c[0], c[1], c[2], c[3])
+	regsSaving(d, perRun)
+}
+
+// regsSaving says what the receiver's way to the syscall's registers (the
+// top of the task's stack, no helper call) saves against bpf_task_pt_regs,
+// paired by round.
+func regsSaving(d *doc, perRun func(l, mode, prog string) ([]kround, spread)) {
+	helper, cast := stepOf("step-args-helper"), stepOf("step-args")
+	var parts []string
+	for _, l := range []string{"dense", "sparse"} {
+		hs, _ := perRun(l, helper.Mode, helper.Prog)
+		cs, _ := perRun(l, cast.Mode, cast.Prog)
+		if len(hs) == 0 || len(cs) == 0 {
+			return
+		}
+		saved := byRound(hs, cs, func(x, y kround) float64 { return hookNsPerRun(x, helper.Prog) - hookNsPerRun(y, cast.Prog) })
+		where := "not in every round"
+		if saved.complete() && saved.Min > 0 {
+			where = "in every round"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s ns per run (%s)", l, saved.f(0), where))
+	}
+	d.p("The syscall's registers read at the top of the task's stack, against asking bpf_task_pt_regs for them, saved (paired by round): %s.\n\n", strings.Join(parts, "; "))
 }
 
 // stepOf is the write step of mode.
