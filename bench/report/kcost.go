@@ -88,8 +88,16 @@ func each(rs []kround, f func(kround) float64) spread {
 	return spreadOf(v)
 }
 
-// hookNs is the net ns per run on hook in one round (all programs on it).
-func hookNsPerRun(r kround, prog string) float64 { return r.ns[prog] / r.runs[prog] }
+// hookNsPerRun is prog's net ns per run in one round; NaN (not measured
+// in that round) when no net run is left once the idle background is
+// subtracted, which a program that runs a few times per stream can meet
+// on the sparse load.
+func hookNsPerRun(r kround, prog string) float64 {
+	if r.runs[prog] <= 0 {
+		return math.NaN()
+	}
+	return r.ns[prog] / r.runs[prog]
+}
 
 func kcostSection(d *doc) error {
 	data, err := loadKcost(d.runID)
