@@ -45,6 +45,7 @@
 #define RCV_SHUTDOWN 1
 #include "ringbuf.h"
 #include "syscall_io.h"
+#include "stream_frag.h"
 #include "stream_state.h"
 #include "stream_capture.h"
 #include "stream_peek.h"
@@ -159,7 +160,7 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	 * bytes were queued before the FIN came (write_seq has not moved
 	 * since), and the stream ends at the FIN either way. */
 	if (!fin || BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) == st->fin_seq) {
-		__u8 flags = peek_sent(sk, st, ret);
+		__u8 flags = peek_sent(sk, st, ret, typed);
 		account_write(sk, st, flags, ret, fin ? fin : now);
 	}
 	if (fin)
@@ -394,6 +395,21 @@ int BPF_KRETPROBE(tw_st_sent_krp, int ret)
 	if (call_return(&c))
 		return 0;
 	return on_send_length((const struct sock *)c.sk, ret, 0);
+}
+
+/* frag_va_base's calibration (stream_frag.h): a large kmalloc takes its
+ * pages from the page allocator and returns their direct-map address.
+ * Attached for the moment of one such allocation at start. */
+SEC("tp_btf/mm_page_alloc")
+int BPF_PROG(tw_st_frag_page, struct page *page, unsigned int order)
+{
+	return frag_page_alloc((__u64)page, order);
+}
+
+SEC("tp_btf/kmalloc")
+int BPF_PROG(tw_st_frag_kmalloc, unsigned long call_site, const void *ptr, size_t bytes_req, size_t bytes_alloc)
+{
+	return frag_kmalloc((__u64)ptr, bytes_alloc);
 }
 
 /* state: sock:inet_sock_set_state, or tcp_set_state (which fires it for

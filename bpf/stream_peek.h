@@ -260,6 +260,14 @@ static __always_inline int ends_stream_event(const char t[16])
 	return c1 >= '0' && c1 <= '9' && c2 >= '0' && c2 <= '9' && c3 >= '0' && c3 <= '9';
 }
 
+/* ends_chunked: 16 bytes that end with a chunked terminator after the
+ * last chunk's CRLF. */
+static __always_inline int ends_chunked(const char t[16])
+{
+	return t[9] == '\r' && t[10] == '\n' && t[11] == '0' && t[12] == '\r' && t[13] == '\n' && t[14] == '\r' &&
+	       t[15] == '\n';
+}
+
 /* tail_flags reads the last 16 bytes before end (of a buffer holding at
  * least 16 of the write's bytes, at most used of them): a chunked
  * terminator after the last chunk's CRLF ends the response (and the write
@@ -271,8 +279,7 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 	char t[16];
 	if (bpf_probe_read_user(t, sizeof(t), end - 16))
 		return WRITE_PEEKED;
-	if (t[9] == '\r' && t[10] == '\n' && t[11] == '0' && t[12] == '\r' && t[13] == '\n' && t[14] == '\r' &&
-	    t[15] == '\n')
+	if (ends_chunked(t))
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 	if (response_details && ends_stream_event(t))
 		send_body(sk, st, TW_BODY_TAIL, end - used, used, total, 1);
@@ -316,18 +323,37 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 
 /* body_flags classifies a body write of ret bytes at the least cost. A
  * short write (where terminators and [DONE] events are: up to 32 bytes)
- * is read whole. Of a longer one only the last 16 bytes are read: straight
- * from the buffer the syscall names (write, sendto: no other read), or
- * from the last buffer of a gathered write that holds data (not just the
- * CRLF after a chunk's data). The first body write's start goes to user
- * space too (the first event: the response's model and id). */
-static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret)
+ * is read whole. Of a longer one only the last 16 bytes are read: from
+ * the kernel's copy where sent_tail found them (tail), and then the
+ * writer's memory only for an event that may end the stream (its bytes go
+ * to user space); otherwise straight from the buffer the syscall names
+ * (write, sendto: no other read), or from the last buffer of a gathered
+ * write that holds data (not just the CRLF after a chunk's data). The
+ * first body write's start goes to user space too (the first event: the
+ * response's model and id). sent: a write of the socket's owner, seen
+ * by a BTF-typed hook (sk a BTF pointer); else a client's read, or a
+ * write seen by another hook type. */
+static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret,
+				       const int sent)
 {
 	struct user_io io;
 	if (ret <= 32) {
 		if (syscall_io(&io))
 			return 0;
 		return short_flags(sk, st, &io, ret);
+	}
+	if (sent && frag_va_base && st->chunks) {
+		__u64 tail = sent_tail(sk);
+		if (tail) {
+			char t[FRAG_TAIL];
+			read_tail(t, tail);
+			if (ends_chunked(t))
+				return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+			if (!response_details || !ends_stream_event(t))
+				return WRITE_PEEKED;
+		} else {
+			count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
+		}
 	}
 	struct syscall_args a;
 	if (syscall_args(&a))
@@ -345,11 +371,12 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 /* peek_sent looks at what a finished write carried, from the writer's own
  * syscall arguments: the response head for the first write of a response,
  * terminators for the others. 0: the write's buffers are unknown (a kernel
- * thread, sendfile, io_uring), so the stream is opaque. */
-static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret)
+ * thread, sendfile, io_uring), so the stream is opaque. sent: as in
+ * body_flags. */
+static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret, const int sent)
 {
 	if (st->state == TW_ST_RESPONSE)
-		return body_flags(sk, st, ret);
+		return body_flags(sk, st, ret, sent);
 	struct user_io io;
 	if (syscall_io(&io))
 		return 0;

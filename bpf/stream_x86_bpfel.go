@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type StreamFragCalib struct {
+	_     structs.HostLayout
+	Page  uint64
+	Order uint64
+	Base  uint64
+}
+
 type StreamPayloadBuf struct {
 	_    structs.HostLayout
 	H    StreamStreamPayload
@@ -201,16 +208,17 @@ const (
 type StreamTwStreamCounter uint32
 
 const (
-	StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST StreamTwStreamCounter = 0
-	StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS  StreamTwStreamCounter = 1
-	StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED StreamTwStreamCounter = 2
-	StreamTwStreamCounterTW_ST_COUNTER_CLOSED       StreamTwStreamCounter = 3
-	StreamTwStreamCounterTW_ST_COUNTER_STALE        StreamTwStreamCounter = 4
-	StreamTwStreamCounterTW_ST_COUNTER_TLS          StreamTwStreamCounter = 5
-	StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN    StreamTwStreamCounter = 6
-	StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM  StreamTwStreamCounter = 7
-	StreamTwStreamCounterTW_ST_COUNTER_UNREAD       StreamTwStreamCounter = 8
-	StreamTwStreamCounterTW_ST_COUNTER_MAX          StreamTwStreamCounter = 9
+	StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST   StreamTwStreamCounter = 0
+	StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS    StreamTwStreamCounter = 1
+	StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED   StreamTwStreamCounter = 2
+	StreamTwStreamCounterTW_ST_COUNTER_CLOSED         StreamTwStreamCounter = 3
+	StreamTwStreamCounterTW_ST_COUNTER_STALE          StreamTwStreamCounter = 4
+	StreamTwStreamCounterTW_ST_COUNTER_TLS            StreamTwStreamCounter = 5
+	StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN      StreamTwStreamCounter = 6
+	StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM    StreamTwStreamCounter = 7
+	StreamTwStreamCounterTW_ST_COUNTER_UNREAD         StreamTwStreamCounter = 8
+	StreamTwStreamCounterTW_ST_COUNTER_TAIL_FROM_USER StreamTwStreamCounter = 9
+	StreamTwStreamCounterTW_ST_COUNTER_MAX            StreamTwStreamCounter = 10
 )
 
 type StreamTwStreamRecord uint32
@@ -265,6 +273,7 @@ const (
 	StreamMapTwStCalls             = "tw_st_calls"
 	StreamMapTwStCounters          = "tw_st_counters"
 	StreamMapTwStEvents            = "tw_st_events"
+	StreamMapTwStFragBase          = "tw_st_frag_base"
 	StreamMapTwStPorts             = "tw_st_ports"
 	StreamMapTwStScratch           = "tw_st_scratch"
 	StreamMapTwStSk                = "tw_st_sk"
@@ -273,6 +282,8 @@ const (
 	StreamMapTwStTlsConns          = "tw_st_tls_conns"
 	StreamMapTwStTlsPend           = "tw_st_tls_pend"
 	StreamMapTwStTlsProcs          = "tw_st_tls_procs"
+	StreamProgTwStFragKmalloc      = "tw_st_frag_kmalloc"
+	StreamProgTwStFragPage         = "tw_st_frag_page"
 	StreamProgTwStReadyBtf         = "tw_st_ready_btf"
 	StreamProgTwStReadyFe          = "tw_st_ready_fe"
 	StreamProgTwStReadyKp          = "tw_st_ready_kp"
@@ -313,6 +324,8 @@ const (
 	StreamVarClientPorts           = "client_ports"
 	StreamVarCoalesceNs            = "coalesce_ns"
 	StreamVarFlushNs               = "flush_ns"
+	StreamVarFragCalibTid          = "frag_calib_tid"
+	StreamVarFragVaBase            = "frag_va_base"
 	StreamVarGapBoundsNs           = "gap_bounds_ns"
 	StreamVarN_clientComms         = "n_client_comms"
 	StreamVarN_clientPids          = "n_client_pids"
@@ -385,40 +398,42 @@ type StreamSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type StreamProgramSpecs struct {
-	TwStReadyBtf *ebpf.ProgramSpec `ebpf:"tw_st_ready_btf"`
-	TwStReadyFe  *ebpf.ProgramSpec `ebpf:"tw_st_ready_fe"`
-	TwStReadyKp  *ebpf.ProgramSpec `ebpf:"tw_st_ready_kp"`
-	TwStReadyRaw *ebpf.ProgramSpec `ebpf:"tw_st_ready_raw"`
-	TwStReadyTp  *ebpf.ProgramSpec `ebpf:"tw_st_ready_tp"`
-	TwStRecvBtf  *ebpf.ProgramSpec `ebpf:"tw_st_recv_btf"`
-	TwStRecvFx4  *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx4"`
-	TwStRecvFx5  *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx5"`
-	TwStRecvFx6  *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx6"`
-	TwStRecvKp   *ebpf.ProgramSpec `ebpf:"tw_st_recv_kp"`
-	TwStRecvKrp  *ebpf.ProgramSpec `ebpf:"tw_st_recv_krp"`
-	TwStRecvRaw  *ebpf.ProgramSpec `ebpf:"tw_st_recv_raw"`
-	TwStRecvTp   *ebpf.ProgramSpec `ebpf:"tw_st_recv_tp"`
-	TwStSentBtf  *ebpf.ProgramSpec `ebpf:"tw_st_sent_btf"`
-	TwStSentFx   *ebpf.ProgramSpec `ebpf:"tw_st_sent_fx"`
-	TwStSentKp   *ebpf.ProgramSpec `ebpf:"tw_st_sent_kp"`
-	TwStSentKrp  *ebpf.ProgramSpec `ebpf:"tw_st_sent_krp"`
-	TwStSentRaw  *ebpf.ProgramSpec `ebpf:"tw_st_sent_raw"`
-	TwStSentTp   *ebpf.ProgramSpec `ebpf:"tw_st_sent_tp"`
-	TwStStateBtf *ebpf.ProgramSpec `ebpf:"tw_st_state_btf"`
-	TwStStateFe  *ebpf.ProgramSpec `ebpf:"tw_st_state_fe"`
-	TwStStateKp  *ebpf.ProgramSpec `ebpf:"tw_st_state_kp"`
-	TwStStateRaw *ebpf.ProgramSpec `ebpf:"tw_st_state_raw"`
-	TwStStateTp  *ebpf.ProgramSpec `ebpf:"tw_st_state_tp"`
-	TwTlsGoRd    *ebpf.ProgramSpec `ebpf:"tw_tls_go_rd"`
-	TwTlsGoRdret *ebpf.ProgramSpec `ebpf:"tw_tls_go_rdret"`
-	TwTlsGoWr    *ebpf.ProgramSpec `ebpf:"tw_tls_go_wr"`
-	TwTlsGoWrret *ebpf.ProgramSpec `ebpf:"tw_tls_go_wrret"`
-	TwTlsRd      *ebpf.ProgramSpec `ebpf:"tw_tls_rd"`
-	TwTlsRdRet   *ebpf.ProgramSpec `ebpf:"tw_tls_rd_ret"`
-	TwTlsRdex    *ebpf.ProgramSpec `ebpf:"tw_tls_rdex"`
-	TwTlsWr      *ebpf.ProgramSpec `ebpf:"tw_tls_wr"`
-	TwTlsWrRet   *ebpf.ProgramSpec `ebpf:"tw_tls_wr_ret"`
-	TwTlsWrex    *ebpf.ProgramSpec `ebpf:"tw_tls_wrex"`
+	TwStFragKmalloc *ebpf.ProgramSpec `ebpf:"tw_st_frag_kmalloc"`
+	TwStFragPage    *ebpf.ProgramSpec `ebpf:"tw_st_frag_page"`
+	TwStReadyBtf    *ebpf.ProgramSpec `ebpf:"tw_st_ready_btf"`
+	TwStReadyFe     *ebpf.ProgramSpec `ebpf:"tw_st_ready_fe"`
+	TwStReadyKp     *ebpf.ProgramSpec `ebpf:"tw_st_ready_kp"`
+	TwStReadyRaw    *ebpf.ProgramSpec `ebpf:"tw_st_ready_raw"`
+	TwStReadyTp     *ebpf.ProgramSpec `ebpf:"tw_st_ready_tp"`
+	TwStRecvBtf     *ebpf.ProgramSpec `ebpf:"tw_st_recv_btf"`
+	TwStRecvFx4     *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx4"`
+	TwStRecvFx5     *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx5"`
+	TwStRecvFx6     *ebpf.ProgramSpec `ebpf:"tw_st_recv_fx6"`
+	TwStRecvKp      *ebpf.ProgramSpec `ebpf:"tw_st_recv_kp"`
+	TwStRecvKrp     *ebpf.ProgramSpec `ebpf:"tw_st_recv_krp"`
+	TwStRecvRaw     *ebpf.ProgramSpec `ebpf:"tw_st_recv_raw"`
+	TwStRecvTp      *ebpf.ProgramSpec `ebpf:"tw_st_recv_tp"`
+	TwStSentBtf     *ebpf.ProgramSpec `ebpf:"tw_st_sent_btf"`
+	TwStSentFx      *ebpf.ProgramSpec `ebpf:"tw_st_sent_fx"`
+	TwStSentKp      *ebpf.ProgramSpec `ebpf:"tw_st_sent_kp"`
+	TwStSentKrp     *ebpf.ProgramSpec `ebpf:"tw_st_sent_krp"`
+	TwStSentRaw     *ebpf.ProgramSpec `ebpf:"tw_st_sent_raw"`
+	TwStSentTp      *ebpf.ProgramSpec `ebpf:"tw_st_sent_tp"`
+	TwStStateBtf    *ebpf.ProgramSpec `ebpf:"tw_st_state_btf"`
+	TwStStateFe     *ebpf.ProgramSpec `ebpf:"tw_st_state_fe"`
+	TwStStateKp     *ebpf.ProgramSpec `ebpf:"tw_st_state_kp"`
+	TwStStateRaw    *ebpf.ProgramSpec `ebpf:"tw_st_state_raw"`
+	TwStStateTp     *ebpf.ProgramSpec `ebpf:"tw_st_state_tp"`
+	TwTlsGoRd       *ebpf.ProgramSpec `ebpf:"tw_tls_go_rd"`
+	TwTlsGoRdret    *ebpf.ProgramSpec `ebpf:"tw_tls_go_rdret"`
+	TwTlsGoWr       *ebpf.ProgramSpec `ebpf:"tw_tls_go_wr"`
+	TwTlsGoWrret    *ebpf.ProgramSpec `ebpf:"tw_tls_go_wrret"`
+	TwTlsRd         *ebpf.ProgramSpec `ebpf:"tw_tls_rd"`
+	TwTlsRdRet      *ebpf.ProgramSpec `ebpf:"tw_tls_rd_ret"`
+	TwTlsRdex       *ebpf.ProgramSpec `ebpf:"tw_tls_rdex"`
+	TwTlsWr         *ebpf.ProgramSpec `ebpf:"tw_tls_wr"`
+	TwTlsWrRet      *ebpf.ProgramSpec `ebpf:"tw_tls_wr_ret"`
+	TwTlsWrex       *ebpf.ProgramSpec `ebpf:"tw_tls_wrex"`
 }
 
 // StreamMapSpecs contains maps before they are loaded into the kernel.
@@ -429,6 +444,7 @@ type StreamMapSpecs struct {
 	TwStCalls    *ebpf.MapSpec `ebpf:"tw_st_calls"`
 	TwStCounters *ebpf.MapSpec `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.MapSpec `ebpf:"tw_st_events"`
+	TwStFragBase *ebpf.MapSpec `ebpf:"tw_st_frag_base"`
 	TwStPorts    *ebpf.MapSpec `ebpf:"tw_st_ports"`
 	TwStScratch  *ebpf.MapSpec `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.MapSpec `ebpf:"tw_st_sk"`
@@ -449,6 +465,8 @@ type StreamVariableSpecs struct {
 	ClientPorts           *ebpf.VariableSpec `ebpf:"client_ports"`
 	CoalesceNs            *ebpf.VariableSpec `ebpf:"coalesce_ns"`
 	FlushNs               *ebpf.VariableSpec `ebpf:"flush_ns"`
+	FragCalibTid          *ebpf.VariableSpec `ebpf:"frag_calib_tid"`
+	FragVaBase            *ebpf.VariableSpec `ebpf:"frag_va_base"`
 	GapBoundsNs           *ebpf.VariableSpec `ebpf:"gap_bounds_ns"`
 	N_clientComms         *ebpf.VariableSpec `ebpf:"n_client_comms"`
 	N_clientPids          *ebpf.VariableSpec `ebpf:"n_client_pids"`
@@ -503,6 +521,7 @@ type StreamMaps struct {
 	TwStCalls    *ebpf.Map `ebpf:"tw_st_calls"`
 	TwStCounters *ebpf.Map `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.Map `ebpf:"tw_st_events"`
+	TwStFragBase *ebpf.Map `ebpf:"tw_st_frag_base"`
 	TwStPorts    *ebpf.Map `ebpf:"tw_st_ports"`
 	TwStScratch  *ebpf.Map `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.Map `ebpf:"tw_st_sk"`
@@ -519,6 +538,7 @@ func (m *StreamMaps) Close() error {
 		m.TwStCalls,
 		m.TwStCounters,
 		m.TwStEvents,
+		m.TwStFragBase,
 		m.TwStPorts,
 		m.TwStScratch,
 		m.TwStSk,
@@ -540,6 +560,8 @@ type StreamVariables struct {
 	ClientPorts           *ebpf.Variable `ebpf:"client_ports"`
 	CoalesceNs            *ebpf.Variable `ebpf:"coalesce_ns"`
 	FlushNs               *ebpf.Variable `ebpf:"flush_ns"`
+	FragCalibTid          *ebpf.Variable `ebpf:"frag_calib_tid"`
+	FragVaBase            *ebpf.Variable `ebpf:"frag_va_base"`
 	GapBoundsNs           *ebpf.Variable `ebpf:"gap_bounds_ns"`
 	N_clientComms         *ebpf.Variable `ebpf:"n_client_comms"`
 	N_clientPids          *ebpf.Variable `ebpf:"n_client_pids"`
@@ -574,44 +596,48 @@ type StreamVariables struct {
 //
 // It can be passed to LoadStreamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type StreamPrograms struct {
-	TwStReadyBtf *ebpf.Program `ebpf:"tw_st_ready_btf"`
-	TwStReadyFe  *ebpf.Program `ebpf:"tw_st_ready_fe"`
-	TwStReadyKp  *ebpf.Program `ebpf:"tw_st_ready_kp"`
-	TwStReadyRaw *ebpf.Program `ebpf:"tw_st_ready_raw"`
-	TwStReadyTp  *ebpf.Program `ebpf:"tw_st_ready_tp"`
-	TwStRecvBtf  *ebpf.Program `ebpf:"tw_st_recv_btf"`
-	TwStRecvFx4  *ebpf.Program `ebpf:"tw_st_recv_fx4"`
-	TwStRecvFx5  *ebpf.Program `ebpf:"tw_st_recv_fx5"`
-	TwStRecvFx6  *ebpf.Program `ebpf:"tw_st_recv_fx6"`
-	TwStRecvKp   *ebpf.Program `ebpf:"tw_st_recv_kp"`
-	TwStRecvKrp  *ebpf.Program `ebpf:"tw_st_recv_krp"`
-	TwStRecvRaw  *ebpf.Program `ebpf:"tw_st_recv_raw"`
-	TwStRecvTp   *ebpf.Program `ebpf:"tw_st_recv_tp"`
-	TwStSentBtf  *ebpf.Program `ebpf:"tw_st_sent_btf"`
-	TwStSentFx   *ebpf.Program `ebpf:"tw_st_sent_fx"`
-	TwStSentKp   *ebpf.Program `ebpf:"tw_st_sent_kp"`
-	TwStSentKrp  *ebpf.Program `ebpf:"tw_st_sent_krp"`
-	TwStSentRaw  *ebpf.Program `ebpf:"tw_st_sent_raw"`
-	TwStSentTp   *ebpf.Program `ebpf:"tw_st_sent_tp"`
-	TwStStateBtf *ebpf.Program `ebpf:"tw_st_state_btf"`
-	TwStStateFe  *ebpf.Program `ebpf:"tw_st_state_fe"`
-	TwStStateKp  *ebpf.Program `ebpf:"tw_st_state_kp"`
-	TwStStateRaw *ebpf.Program `ebpf:"tw_st_state_raw"`
-	TwStStateTp  *ebpf.Program `ebpf:"tw_st_state_tp"`
-	TwTlsGoRd    *ebpf.Program `ebpf:"tw_tls_go_rd"`
-	TwTlsGoRdret *ebpf.Program `ebpf:"tw_tls_go_rdret"`
-	TwTlsGoWr    *ebpf.Program `ebpf:"tw_tls_go_wr"`
-	TwTlsGoWrret *ebpf.Program `ebpf:"tw_tls_go_wrret"`
-	TwTlsRd      *ebpf.Program `ebpf:"tw_tls_rd"`
-	TwTlsRdRet   *ebpf.Program `ebpf:"tw_tls_rd_ret"`
-	TwTlsRdex    *ebpf.Program `ebpf:"tw_tls_rdex"`
-	TwTlsWr      *ebpf.Program `ebpf:"tw_tls_wr"`
-	TwTlsWrRet   *ebpf.Program `ebpf:"tw_tls_wr_ret"`
-	TwTlsWrex    *ebpf.Program `ebpf:"tw_tls_wrex"`
+	TwStFragKmalloc *ebpf.Program `ebpf:"tw_st_frag_kmalloc"`
+	TwStFragPage    *ebpf.Program `ebpf:"tw_st_frag_page"`
+	TwStReadyBtf    *ebpf.Program `ebpf:"tw_st_ready_btf"`
+	TwStReadyFe     *ebpf.Program `ebpf:"tw_st_ready_fe"`
+	TwStReadyKp     *ebpf.Program `ebpf:"tw_st_ready_kp"`
+	TwStReadyRaw    *ebpf.Program `ebpf:"tw_st_ready_raw"`
+	TwStReadyTp     *ebpf.Program `ebpf:"tw_st_ready_tp"`
+	TwStRecvBtf     *ebpf.Program `ebpf:"tw_st_recv_btf"`
+	TwStRecvFx4     *ebpf.Program `ebpf:"tw_st_recv_fx4"`
+	TwStRecvFx5     *ebpf.Program `ebpf:"tw_st_recv_fx5"`
+	TwStRecvFx6     *ebpf.Program `ebpf:"tw_st_recv_fx6"`
+	TwStRecvKp      *ebpf.Program `ebpf:"tw_st_recv_kp"`
+	TwStRecvKrp     *ebpf.Program `ebpf:"tw_st_recv_krp"`
+	TwStRecvRaw     *ebpf.Program `ebpf:"tw_st_recv_raw"`
+	TwStRecvTp      *ebpf.Program `ebpf:"tw_st_recv_tp"`
+	TwStSentBtf     *ebpf.Program `ebpf:"tw_st_sent_btf"`
+	TwStSentFx      *ebpf.Program `ebpf:"tw_st_sent_fx"`
+	TwStSentKp      *ebpf.Program `ebpf:"tw_st_sent_kp"`
+	TwStSentKrp     *ebpf.Program `ebpf:"tw_st_sent_krp"`
+	TwStSentRaw     *ebpf.Program `ebpf:"tw_st_sent_raw"`
+	TwStSentTp      *ebpf.Program `ebpf:"tw_st_sent_tp"`
+	TwStStateBtf    *ebpf.Program `ebpf:"tw_st_state_btf"`
+	TwStStateFe     *ebpf.Program `ebpf:"tw_st_state_fe"`
+	TwStStateKp     *ebpf.Program `ebpf:"tw_st_state_kp"`
+	TwStStateRaw    *ebpf.Program `ebpf:"tw_st_state_raw"`
+	TwStStateTp     *ebpf.Program `ebpf:"tw_st_state_tp"`
+	TwTlsGoRd       *ebpf.Program `ebpf:"tw_tls_go_rd"`
+	TwTlsGoRdret    *ebpf.Program `ebpf:"tw_tls_go_rdret"`
+	TwTlsGoWr       *ebpf.Program `ebpf:"tw_tls_go_wr"`
+	TwTlsGoWrret    *ebpf.Program `ebpf:"tw_tls_go_wrret"`
+	TwTlsRd         *ebpf.Program `ebpf:"tw_tls_rd"`
+	TwTlsRdRet      *ebpf.Program `ebpf:"tw_tls_rd_ret"`
+	TwTlsRdex       *ebpf.Program `ebpf:"tw_tls_rdex"`
+	TwTlsWr         *ebpf.Program `ebpf:"tw_tls_wr"`
+	TwTlsWrRet      *ebpf.Program `ebpf:"tw_tls_wr_ret"`
+	TwTlsWrex       *ebpf.Program `ebpf:"tw_tls_wrex"`
 }
 
 func (p *StreamPrograms) Close() error {
 	return _StreamClose(
+		p.TwStFragKmalloc,
+		p.TwStFragPage,
 		p.TwStReadyBtf,
 		p.TwStReadyFe,
 		p.TwStReadyKp,

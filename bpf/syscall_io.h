@@ -59,13 +59,22 @@ const volatile __u32 stack_regs_offset = 16384 - sizeof(struct pt_regs);
  * unreached. */
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
+/* stack_top_regs returns the registers a 64-bit process's task entered
+ * its syscall with, read at the top of its kernel stack with loads alone
+ * (regs_by_cast only), or NULL when the frame there is not such a one. */
+static __always_inline const struct pt_regs *stack_top_regs(struct task_struct *task)
+{
+	const struct pt_regs *regs =
+		bpf_rdonly_cast(task->stack + stack_regs_offset, bpf_core_type_id_kernel(struct pt_regs));
+	return regs->cs == USER_CS ? regs : NULL;
+}
+
 /* task_regs returns the registers task entered the kernel with, or NULL. */
 static __always_inline const struct pt_regs *task_regs(struct task_struct *task)
 {
 	if (regs_by_cast) {
-		const struct pt_regs *regs =
-			bpf_rdonly_cast(task->stack + stack_regs_offset, bpf_core_type_id_kernel(struct pt_regs));
-		if (regs->cs == USER_CS)
+		const struct pt_regs *regs = stack_top_regs(task);
+		if (regs)
 			return regs;
 	}
 	return (const struct pt_regs *)bpf_task_pt_regs(task);

@@ -369,7 +369,8 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-slot-state", Prog: "tw_pt_1_slot", Adds: "instead of local storage: the clock read and the same two updates on the array slot", Base: "step-slot"},
 	{Mode: "step-args-helper", Prog: "tw_pt_2_args", Adds: "the syscall's arguments, its saved registers found by bpf_task_pt_regs (Linux 5.15 to 6.1)", Base: "step-state", RegsByHelper: true},
 	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "instead: the saved registers read at the top of the task's stack, no helper call (the receiver's, Linux 6.2+)", Base: "step-state"},
-	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory"},
+	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory (Linux before 6.2)"},
+	{Mode: "step-tail-copy", Prog: "tw_pt_3_copy", Adds: "instead of the arguments and that read: the same 16 bytes read from the kernel's copy of them (the receiver's, Linux 6.2+)", Base: "step-state"},
 }
 
 // ProducerReach is the share of its target rate that bench/pipeline's

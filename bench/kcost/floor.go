@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/bench/benchutil"
 	"github.com/tokenwire/tokenwire/internal/probe"
+	"github.com/tokenwire/tokenwire/internal/stream"
 )
 
 // hookOf is the kernel hook a tokenwire or bench program runs on, from its
@@ -58,6 +59,11 @@ func attachPart(st benchutil.WriteStep, port uint16) (*benchProgs, error) {
 	}
 	byCast := !st.RegsByHelper && probe.HaveKfunc("bpf_rdonly_cast")
 	if err := spec.Variables["regs_by_cast"].Set(byCast); err != nil {
+		return nil, err
+	}
+	// The kernel's copy of a write's bytes, where the receiver finds it.
+	base, _ := stream.DirectMapBase()
+	if err := spec.Variables["frag_va_base"].Set(base); err != nil {
 		return nil, err
 	}
 	if !st.KeepRodata {

@@ -28,14 +28,18 @@
  *                   found as the receiver finds them on this kernel, or
  *                   by bpf_task_pt_regs as 5.15 to 6.1 do (syscall_io.h)
  *   tw_pt_3_tail    + the write's last 16 bytes read from user memory
+ *   tw_pt_3_copy    or, on top of tw_pt_1_state, the same 16 bytes read
+ *                   from the kernel's copy of them (stream_frag.h), as
+ *                   the receiver reads them on Linux 6.2+
  *
- * What the real program does beyond tw_pt_3_tail is classification and
+ * What the real program does beyond tw_pt_3_tail or tw_pt_3_copy is classification and
  * accounting (stream_peek.h, stream_write.h). */
 #include "vmlinux.h"
 #include "bpf_helpers.h"
 #include "bpf_core_read.h"
 #include "bpf_tracing.h"
 #include "syscall_io.h"
+#include "stream_frag.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -226,4 +230,17 @@ int BPF_PROG(tw_pt_3_tail, struct sock *sk, int ret)
 	if (syscall_args(&a))
 		return 0;
 	return tail(&a, ret);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_3_copy, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk) || state(sk))
+		return 0;
+	__u64 tail = sent_tail(sk);
+	if (!tail)
+		return 0;
+	char t[FRAG_TAIL];
+	read_tail(t, tail);
+	return t[15];
 }

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type partsFragCalib struct {
+	_     structs.HostLayout
+	Page  uint64
+	Order uint64
+	Base  uint64
+}
+
 type partsPartSlot struct {
 	_     structs.HostLayout
 	Addrs uint64
@@ -34,6 +41,7 @@ const (
 	partsMapTwPtSk          = "tw_pt_sk"
 	partsMapTwPtSlots       = "tw_pt_slots"
 	partsMapTwPtSocks       = "tw_pt_socks"
+	partsMapTwStFragBase    = "tw_st_frag_base"
 	partsProgTwPt0Sk        = "tw_pt_0_sk"
 	partsProgTwPt0aPort     = "tw_pt_0a_port"
 	partsProgTwPt0bHash     = "tw_pt_0b_hash"
@@ -43,7 +51,10 @@ const (
 	partsProgTwPt1Slot      = "tw_pt_1_slot"
 	partsProgTwPt1State     = "tw_pt_1_state"
 	partsProgTwPt2Args      = "tw_pt_2_args"
+	partsProgTwPt3Copy      = "tw_pt_3_copy"
 	partsProgTwPt3Tail      = "tw_pt_3_tail"
+	partsVarFragCalibTid    = "frag_calib_tid"
+	partsVarFragVaBase      = "frag_va_base"
 	partsVarPort            = "port"
 	partsVarRegsByCast      = "regs_by_cast"
 	partsVarRegsFromBtf     = "regs_from_btf"
@@ -101,6 +112,7 @@ type partsProgramSpecs struct {
 	TwPt1Slot   *ebpf.ProgramSpec `ebpf:"tw_pt_1_slot"`
 	TwPt1State  *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
 	TwPt2Args   *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
+	TwPt3Copy   *ebpf.ProgramSpec `ebpf:"tw_pt_3_copy"`
 	TwPt3Tail   *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
 }
 
@@ -108,15 +120,18 @@ type partsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsMapSpecs struct {
-	TwPtSk    *ebpf.MapSpec `ebpf:"tw_pt_sk"`
-	TwPtSlots *ebpf.MapSpec `ebpf:"tw_pt_slots"`
-	TwPtSocks *ebpf.MapSpec `ebpf:"tw_pt_socks"`
+	TwPtSk       *ebpf.MapSpec `ebpf:"tw_pt_sk"`
+	TwPtSlots    *ebpf.MapSpec `ebpf:"tw_pt_slots"`
+	TwPtSocks    *ebpf.MapSpec `ebpf:"tw_pt_socks"`
+	TwStFragBase *ebpf.MapSpec `ebpf:"tw_st_frag_base"`
 }
 
 // partsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsVariableSpecs struct {
+	FragCalibTid    *ebpf.VariableSpec `ebpf:"frag_calib_tid"`
+	FragVaBase      *ebpf.VariableSpec `ebpf:"frag_va_base"`
 	Port            *ebpf.VariableSpec `ebpf:"port"`
 	RegsByCast      *ebpf.VariableSpec `ebpf:"regs_by_cast"`
 	RegsFromBtf     *ebpf.VariableSpec `ebpf:"regs_from_btf"`
@@ -143,9 +158,10 @@ func (o *partsObjects) Close() error {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsMaps struct {
-	TwPtSk    *ebpf.Map `ebpf:"tw_pt_sk"`
-	TwPtSlots *ebpf.Map `ebpf:"tw_pt_slots"`
-	TwPtSocks *ebpf.Map `ebpf:"tw_pt_socks"`
+	TwPtSk       *ebpf.Map `ebpf:"tw_pt_sk"`
+	TwPtSlots    *ebpf.Map `ebpf:"tw_pt_slots"`
+	TwPtSocks    *ebpf.Map `ebpf:"tw_pt_socks"`
+	TwStFragBase *ebpf.Map `ebpf:"tw_st_frag_base"`
 }
 
 func (m *partsMaps) Close() error {
@@ -153,6 +169,7 @@ func (m *partsMaps) Close() error {
 		m.TwPtSk,
 		m.TwPtSlots,
 		m.TwPtSocks,
+		m.TwStFragBase,
 	)
 }
 
@@ -160,6 +177,8 @@ func (m *partsMaps) Close() error {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsVariables struct {
+	FragCalibTid    *ebpf.Variable `ebpf:"frag_calib_tid"`
+	FragVaBase      *ebpf.Variable `ebpf:"frag_va_base"`
 	Port            *ebpf.Variable `ebpf:"port"`
 	RegsByCast      *ebpf.Variable `ebpf:"regs_by_cast"`
 	RegsFromBtf     *ebpf.Variable `ebpf:"regs_from_btf"`
@@ -179,6 +198,7 @@ type partsPrograms struct {
 	TwPt1Slot   *ebpf.Program `ebpf:"tw_pt_1_slot"`
 	TwPt1State  *ebpf.Program `ebpf:"tw_pt_1_state"`
 	TwPt2Args   *ebpf.Program `ebpf:"tw_pt_2_args"`
+	TwPt3Copy   *ebpf.Program `ebpf:"tw_pt_3_copy"`
 	TwPt3Tail   *ebpf.Program `ebpf:"tw_pt_3_tail"`
 }
 
@@ -193,6 +213,7 @@ func (p *partsPrograms) Close() error {
 		p.TwPt1Slot,
 		p.TwPt1State,
 		p.TwPt2Args,
+		p.TwPt3Copy,
 		p.TwPt3Tail,
 	)
 }

@@ -338,7 +338,7 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	if len(data[[2]string{"dense", "step-tail"}]) == 0 {
 		return
 	}
-	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to local storage and to bpf_task_pt_regs), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
+	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to local storage, to bpf_task_pt_regs and to the user read), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
 	d.p("| step | adds | dense: ns per run | dense: added | sparse: ns per run | sparse: added |\n| --- | --- | --- | --- | --- | --- |\n")
 	perRun := func(l, mode, prog string) ([]kround, spread) {
 		rs := data[[2]string{l, mode}]
@@ -378,29 +378,40 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	}
 	c := cells["tokenwire"]
 	d.p("| tokenwire's write program | classifying the write's bytes (stream_peek.h), accounting the chunk (stream_write.h) | %s | %s | %s | %s |\n\n", c[0], c[1], c[2], c[3])
-	regsSaving(d, perRun)
+	stepSavings(d, perRun)
 }
 
-// regsSaving says what the receiver's way to the syscall's registers (the
-// top of the task's stack, no helper call) saves against bpf_task_pt_regs,
+// stepSavings says what the receiver's ways save against the others,
+// paired by round: reading the syscall's registers at the top of the
+// task's stack against asking bpf_task_pt_regs, and reading a write's
+// last bytes from the kernel's copy against finding its buffers and
+// reading them from user memory.
+func stepSavings(d *doc, perRun func(l, mode, prog string) ([]kround, spread)) {
+	stepSaving(d, perRun, "step-args-helper", "step-args",
+		"The syscall's registers read at the top of the task's stack, against asking bpf_task_pt_regs for them")
+	stepSaving(d, perRun, "step-tail", "step-tail-copy",
+		"A write's last 16 bytes read from the kernel's copy of them, against finding the syscall's buffers and reading them from user memory")
+}
+
+// stepSaving says what step to saves against step from, on both loads,
 // paired by round.
-func regsSaving(d *doc, perRun func(l, mode, prog string) ([]kround, spread)) {
-	helper, cast := stepOf("step-args-helper"), stepOf("step-args")
+func stepSaving(d *doc, perRun func(l, mode, prog string) ([]kround, spread), from, to, what string) {
+	a, b := stepOf(from), stepOf(to)
 	var parts []string
 	for _, l := range []string{"dense", "sparse"} {
-		hs, _ := perRun(l, helper.Mode, helper.Prog)
-		cs, _ := perRun(l, cast.Mode, cast.Prog)
-		if len(hs) == 0 || len(cs) == 0 {
+		as, _ := perRun(l, a.Mode, a.Prog)
+		bs, _ := perRun(l, b.Mode, b.Prog)
+		if len(as) == 0 || len(bs) == 0 {
 			return
 		}
-		saved := byRound(hs, cs, func(x, y kround) float64 { return hookNsPerRun(x, helper.Prog) - hookNsPerRun(y, cast.Prog) })
+		saved := byRound(as, bs, func(x, y kround) float64 { return hookNsPerRun(x, a.Prog) - hookNsPerRun(y, b.Prog) })
 		where := "not in every round"
 		if saved.complete() && saved.Min > 0 {
 			where = "in every round"
 		}
 		parts = append(parts, fmt.Sprintf("%s %s ns per run (%s)", l, saved.f(0), where))
 	}
-	d.p("The syscall's registers read at the top of the task's stack, against asking bpf_task_pt_regs for them, saved (paired by round): %s.\n\n", strings.Join(parts, "; "))
+	d.p("%s saved (paired by round): %s.\n\n", what, strings.Join(parts, "; "))
 }
 
 // stepOf is the write step of mode.

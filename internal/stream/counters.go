@@ -28,20 +28,26 @@ type Counters struct {
 	// read it (a page being migrated or collapsed into a huge page): the
 	// stream is measured, its request or response details are missing.
 	Unread uint64
+	// TailFromUser counts body writes whose last bytes were read from the
+	// writer's memory where the kernel's copy is the programs' way
+	// (TailSource): the copy was not found (a write elsewhere since the
+	// task's last one, a new page).
+	TailFromUser uint64
 }
 
 // Counters sums the kernel's per-CPU counters.
 func (t *Tracer) Counters() (c Counters, err error) {
 	for idx, dst := range map[bpf.StreamTwStreamCounter]*uint64{
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST: &c.RecordsLost,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS:  &c.NewSockets,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_CLOSED:       &c.Closed,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED: &c.TrackFailed,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_STALE:        &c.Stale,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS:          &c.TLS,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN:    &c.TLSPlain,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM:  &c.TLSNoRoom,
-		bpf.StreamTwStreamCounterTW_ST_COUNTER_UNREAD:       &c.Unread,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_RINGBUF_LOST:   &c.RecordsLost,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_NEW_SOCKETS:    &c.NewSockets,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_CLOSED:         &c.Closed,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TRACK_FAILED:   &c.TrackFailed,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_STALE:          &c.Stale,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS:            &c.TLS,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_PLAIN:      &c.TLSPlain,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM:    &c.TLSNoRoom,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_UNREAD:         &c.Unread,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_TAIL_FROM_USER: &c.TailFromUser,
 	} {
 		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
 			return c, err

@@ -21,17 +21,21 @@ import (
 // combination must measure the stream exactly, request details included.
 // Each also runs, where this kernel has the faster way, the way older
 // kernels or other hook types need: syscall registers from
-// bpf_task_pt_regs where loads alone reach them (5.15 to 6.1), from the
-// kernel stack where bpf_task_pt_regs exists (5.10), and per-connection
-// state in the map where socket storage works.
+// bpf_task_pt_regs where loads alone reach them (5.15 to 6.1), write
+// tails from the writer's memory where the kernel's copy is read (before
+// 6.2), registers from the kernel stack where bpf_task_pt_regs exists
+// (5.10), and per-connection state in the map where socket storage works.
 func TestEveryHookType(t *testing.T) {
 	bpftest.RequireTracefs(t)
 	expected := bpftest.ExpectedHooks(t)
-	type variant struct{ regsByHelper, stackRegs, stateInMap bool }
+	type variant struct{ regsByHelper, tailByUser, stackRegs, stateInMap bool }
 	for _, k := range hook.DefaultOrder {
 		variants := []variant{{}}
 		if regsByCast() {
 			variants = append(variants, variant{regsByHelper: true})
+		}
+		if _, err := fragVABase(); err == nil {
+			variants = append(variants, variant{tailByUser: true})
 		}
 		if regsFromBTF() {
 			variants = append(variants, variant{stackRegs: true})
@@ -45,6 +49,9 @@ func TestEveryHookType(t *testing.T) {
 			if v.regsByHelper {
 				name = fmt.Sprintf("%s/regsByHelper", k)
 			}
+			if v.tailByUser {
+				name = fmt.Sprintf("%s/tailByUser", k)
+			}
 			t.Run(name, func(t *testing.T) {
 				srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 5, HeadersFirst: true}
 				addr, port := serve(t, srv)
@@ -52,6 +59,7 @@ func TestEveryHookType(t *testing.T) {
 				cfg.HookOrder = append([]hook.Kind{k}, hook.DefaultOrder...)
 				cfg.stackRegs = stackRegs
 				cfg.regsByHelper = v.regsByHelper
+				cfg.tailByUser = v.tailByUser
 				cfg.stateInMap = v.stateInMap
 				tr, err := Open(cfg)
 				if err != nil {

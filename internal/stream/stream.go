@@ -85,6 +85,10 @@ type Config struct {
 	// registers even where they can reach them with loads alone (tests:
 	// the way kernels 5.15 to 6.1 need).
 	regsByHelper bool
+	// tailByUser makes the programs read every write's last bytes from
+	// the writer's memory even where they can find them in the kernel's
+	// copy (tests: the way kernels before 6.2 need).
+	tailByUser bool
 	// stateInMap keeps per-connection state in the map even where socket
 	// storage works (tests: the way untyped hook types and 5.10 need).
 	stateInMap bool
@@ -113,6 +117,9 @@ type Tracer struct {
 	// why not, when it was tried.
 	inSocket  bool
 	mapReason error
+	// tailReason says why the programs read write tails from the
+	// writer's memory; nil when they read the kernel's copy.
+	tailReason error
 	// What the TLS uprobes load with: the collection as configured, and
 	// the maps they share with the socket hooks.
 	spec    *ebpf.CollectionSpec
@@ -190,6 +197,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		spec.Maps["tw_st_socks"].MaxEntries = 1
 	}
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
+	fragBase := t.tailSource(cfg)
 	var bounds [GapBuckets - 1]uint64
 	for i, b := range cfg.GapBounds {
 		bounds[i] = uint64(b)
@@ -212,6 +220,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"wakeup_bytes":        probe.WakeupBytes(cfg.RingBufferBytes),
 		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
 		"regs_by_cast":        boolByte(regsByCast() && !cfg.stackRegs && !cfg.regsByHelper),
+		"frag_va_base":        fragBase,
 		"state_in_sk":         boolByte(inSocket),
 		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
 		"response_details":    boolByte(!cfg.NoResponseBodies),
@@ -293,6 +302,30 @@ func (t *Tracer) StateStorage() string {
 		return "map (socket storage did not attach: " + t.mapReason.Error() + ")"
 	}
 	return "map (socket storage needs BTF-typed hooks first in hook_preference)"
+}
+
+// tailSource returns frag_va_base for the programs (0: they read every
+// write's last bytes from the writer's memory) and keeps why, for
+// TailSource.
+func (t *Tracer) tailSource(cfg Config) uint64 {
+	base, err := fragVABase()
+	switch {
+	case cfg.tailByUser:
+		base, t.tailReason = 0, errors.New("turned off")
+	case err != nil:
+		base, t.tailReason = 0, err
+	}
+	return base
+}
+
+// TailSource says where the programs read a body write's last bytes (the
+// terminators, the last event), for the startup log: the kernel's copy of
+// them, or the writer's memory and why.
+func (t *Tracer) TailSource() string {
+	if t.tailReason == nil {
+		return "the kernel's copy"
+	}
+	return "the writer's memory (" + t.tailReason.Error() + ")"
 }
 
 // maxROPorts is how many ports the probe reads from .rodata (MAX_RO_PORTS

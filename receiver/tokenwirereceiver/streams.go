@@ -44,7 +44,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 	}
 	r.streams = tr
 	fields := []zap.Field{zap.Ints("ports", r.cfg.Streams.Ports), zap.String("state", tr.StateStorage()),
-		zap.String("tls", tlsSummary(tr, r.cfg.Streams.TLS.Enabled))}
+		zap.String("write_tails", tr.TailSource()), zap.String("tls", tlsSummary(tr, r.cfg.Streams.TLS.Enabled))}
 	for _, p := range tr.HookPoints() {
 		summary := p.Choice.Summary()
 		if p.Choice.Closer == nil {

@@ -1,0 +1,91 @@
+package stream
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
+)
+
+// TestWriteTailsFromTheKernelsCopy: where the kernel has bpf_rdonly_cast
+// (6.2+), a body write's last bytes are read from the kernel's copy of
+// them. A server that writes from one thread, as an event loop does, has
+// the tail of every body write after its first found there, whatever the
+// send syscall: at most one write per stream is read from its memory
+// (the fragment may move to a new page once in a stream this short). The
+// streams are exact either way: every event a chunk, the last one with
+// the terminator in one write (as Node's res.end(data) makes it), the event that may end the stream sent to
+// user space from the writer's buffer. Kernels without the kfunc read the
+// writer's memory and say why.
+func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
+	bpftest.Require(t)
+	base, baseErr := fragVABase()
+	switch {
+	case !regsByCast() && baseErr == nil:
+		t.Fatalf("a direct-map base %#x on a kernel without bpf_rdonly_cast", base)
+	case !regsByCast():
+		t.Logf("write tails from the writer's memory on this kernel: %v", baseErr)
+	case baseErr != nil:
+		t.Fatalf("no direct-map base on a kernel with bpf_rdonly_cast: %v", baseErr)
+	}
+	var events [][]byte
+	for i := range 12 {
+		events = append(events, []byte(teststack.OpenAIEvent(i)))
+	}
+	finish := `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n"
+	events = append(events, []byte(finish))
+	last := teststack.OpenAIEvent(len(events))
+	final := [][]byte{fmt.Appendf(nil, "%x\r\n", len(last)), []byte(last + "\r\n0\r\n\r\n")}
+	for _, mode := range []teststack.SendMode{teststack.ModeWrite, teststack.ModeWritev, teststack.ModeSendto, teststack.ModeSendmsg} {
+		for _, byUser := range []bool{false, true} {
+			if byUser && baseErr != nil {
+				continue // the only way here
+			}
+			t.Run(fmt.Sprintf("%s/tailByUser=%v", mode, byUser), func(t *testing.T) {
+				srv := teststack.NewChunkedServer(mode, events, final)
+				port := srv.Serve(t)
+				cfg := testConfig(port)
+				cfg.tailByUser = byUser
+				tr, err := Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("write tails from %s", tr.TailSource())
+				rec := record(t, tr)
+				body := teststack.SlowGet(t, port, false)
+				<-srv.Calls
+				<-srv.BeforeFinal
+				streams := rec.ends(t, 1)
+				e := requireCompleted(t, streams, 1)[0]
+				headLen := bytes.Index(body, []byte("\r\n\r\n")) + 4
+				if want := uint32(len(events) + 1); e.Stats.Chunks != want || e.Reason != EndTerminator {
+					t.Errorf("%d chunks, end %v; want %d chunks ended by the terminator", e.Stats.Chunks, e.Reason, want)
+				}
+				if want := uint64(len(body) - headLen); e.Stats.Bytes != want {
+					t.Errorf("%d body bytes, want %d", e.Stats.Bytes, want)
+				}
+				var tail []byte
+				for _, r := range streams[e.ID] {
+					if r.Kind == KindBody && r.Flags&BodyTail != 0 {
+						tail = r.Data
+					}
+				}
+				if !bytes.Contains(tail, []byte(`"finish_reason":"stop"}]}`)) {
+					t.Errorf("the stream's possible last event went to user space as %q; want the finish event", tail)
+				}
+				c, err := tr.Counters()
+				t.Logf("%d of %d body writes read from the writer's memory", c.TailFromUser, len(events)+1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fromCopy := baseErr == nil && !byUser
+				if fromCopy && c.TailFromUser > 1 || !fromCopy && c.TailFromUser != 0 {
+					t.Errorf("%d of %d body writes read from the writer's memory, reading the kernel's copy %v; want at most 1 if so, else 0 (counted only then)",
+						c.TailFromUser, len(events)+1, fromCopy)
+				}
+			})
+		}
+	}
+}
