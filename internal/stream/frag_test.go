@@ -1,9 +1,15 @@
 package stream
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/teststack"
@@ -86,6 +92,76 @@ func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
 						c.TailFromUser, len(events)+1, fromCopy)
 				}
 			})
+		}
+	}
+}
+
+// TestZerocopyWritesAreReadFromTheWriter: a socket with SO_ZEROCOPY whose
+// events go out with MSG_ZEROCOPY hands the kernel its pages instead of
+// copying them into the page fragment, which then holds older bytes: the
+// programs read every such write from the writer's memory (counted), and
+// the stream is exact, ended by the terminator of its last write and by
+// no stale one.
+func TestZerocopyWritesAreReadFromTheWriter(t *testing.T) {
+	bpftest.Require(t)
+	if _, err := fragVABase(); err != nil {
+		t.Skipf("write tails come from the writer's memory on this kernel anyway: %v", err)
+	}
+	const events = 8
+	port := teststack.ServeOne(t, func(c *net.TCPConn) {
+		readRequestHead(c)
+		rc, err := c.SyscallConn()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		rc.Control(func(fd uintptr) {
+			if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ZEROCOPY, 1); err != nil {
+				t.Errorf("SO_ZEROCOPY: %v", err)
+			}
+		})
+		// The head, copied: what the page fragment ends with when the
+		// zerocopy writes come.
+		teststack.SendAll(c, teststack.ModeWrite, [][]byte{[]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")})
+		send := func(flags int, bufs ...[]byte) {
+			rc.Write(func(fd uintptr) bool {
+				_, err := unix.SendmsgBuffers(int(fd), bufs, nil, nil, flags)
+				return err != unix.EAGAIN
+			})
+		}
+		for i := range events {
+			time.Sleep(3 * time.Millisecond)
+			send(unix.MSG_ZEROCOPY, frame(teststack.OpenAIEvent(i))...)
+		}
+		time.Sleep(3 * time.Millisecond)
+		send(unix.MSG_ZEROCOPY, append(frame(teststack.OpenAIEvent(events)), []byte("0\r\n\r\n"))...)
+		io.Copy(io.Discard, c)
+	})
+	tr, rec := trace(t, port)
+	conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
+	io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+	readChunked(t, bufio.NewReader(conn))
+	e := requireCompleted(t, rec.ends(t, 1), 1)[0]
+	if e.Stats.Chunks != events+1 || e.Reason != EndTerminator {
+		t.Errorf("%d chunks, end %v; want %d chunks ended by the terminator", e.Stats.Chunks, e.Reason, events+1)
+	}
+	c, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every body write but the first (whose start goes to user space
+	// from the writer's buffer anyway).
+	if c.TailFromUser != events {
+		t.Errorf("%d body writes read from the writer's memory; want %d", c.TailFromUser, events)
+	}
+}
+
+// readRequestHead reads a request's head from c, up to its blank line.
+func readRequestHead(c net.Conn) {
+	br := bufio.NewReader(c)
+	for {
+		if line, err := br.ReadString('\n'); err != nil || line == "\r\n" {
+			return
 		}
 	}
 }
