@@ -399,17 +399,18 @@ int BPF_KRETPROBE(tw_st_sent_krp, int ret)
 
 /* frag_va_base's calibration (stream_frag.h): a large kmalloc takes its
  * pages from the page allocator and returns their direct-map address.
- * Attached for the moment of one such allocation at start. */
-SEC("tp_btf/mm_page_alloc")
-int BPF_PROG(tw_st_frag_page, struct page *page, unsigned int order)
+ * Attached for the moment of one such allocation at start. Raw: 6.12's
+ * verifier refuses a typed program kmalloc's void pointer. */
+SEC("raw_tracepoint/mm_page_alloc")
+int tw_st_frag_page(struct bpf_raw_tracepoint_args *ctx)
 {
-	return frag_page_alloc((__u64)page, order);
+	return frag_page_alloc(ctx->args[0], ctx->args[1]);
 }
 
-SEC("tp_btf/kmalloc")
-int BPF_PROG(tw_st_frag_kmalloc, unsigned long call_site, const void *ptr, size_t bytes_req, size_t bytes_alloc)
+SEC("raw_tracepoint/kmalloc")
+int tw_st_frag_kmalloc(struct bpf_raw_tracepoint_args *ctx)
 {
-	return frag_kmalloc((__u64)ptr, bytes_alloc);
+	return frag_kmalloc(ctx->args[1], ctx->args[3]);
 }
 
 /* state: sock:inet_sock_set_state, or tcp_set_state (which fires it for

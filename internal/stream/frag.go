@@ -85,8 +85,8 @@ func traceAllocation(spec *ebpf.CollectionSpec, tid int) (uint64, error) {
 	defer objs.Page.Close()
 	defer objs.Kmalloc.Close()
 	defer objs.Found.Close()
-	for _, p := range []*ebpf.Program{objs.Page, objs.Kmalloc} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+	for tp, p := range map[string]*ebpf.Program{"mm_page_alloc": objs.Page, "kmalloc": objs.Kmalloc} {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp, Program: p})
 		if err != nil {
 			return 0, fmt.Errorf("attaching the calibration programs: %w", err)
 		}
