@@ -41,10 +41,12 @@ func traceTLSWith(t *testing.T, cfg Config) (*Tracer, *recorder) {
 	return tr, record(t, tr)
 }
 
-// waitProbed waits until pid's TLS library is probed.
+// waitProbed waits until pid's TLS library is probed. The first probe of
+// a tracer loads the uprobe programs through the verifier: seconds of CPU
+// when the kernel matrix's guests share the machine's two CPUs.
 func waitProbed(t *testing.T, tr *Tracer, pid int) tlsprobe.Target {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		for _, tg := range tr.TLSTargets() {
 			if int(tg.PID) == pid && tg.Probed {
@@ -52,7 +54,7 @@ func waitProbed(t *testing.T, tr *Tracer, pid int) tlsprobe.Target {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d not probed; targets %+v", pid, tr.TLSTargets())
+			t.Fatalf("pid %d not probed; targets %+v, TLS error %v", pid, tr.TLSTargets(), tr.TLSError())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
