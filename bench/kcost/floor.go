@@ -57,7 +57,7 @@ func attachPart(st benchutil.WriteStep, port uint16) (*benchProgs, error) {
 	if err := spec.Variables["port"].Set(port); err != nil {
 		return nil, err
 	}
-	byCast := !st.RegsByHelper && probe.HaveKfunc("bpf_rdonly_cast")
+	byCast := !st.RegsByHelper && stream.RegsByCast()
 	if err := spec.Variables["regs_by_cast"].Set(byCast); err != nil {
 		return nil, err
 	}

@@ -64,27 +64,13 @@ func Tracepoints(prefix, group, name string) []Variant {
 }
 
 // tracepointExists looks for the tracepoint's type in the kernel's BTF.
+// Only a definite absence is an error: where the BTF cannot be read, the
+// loader says what is wrong.
 func tracepointExists(group, name string) error {
-	kernel, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil // let the loader say what is wrong
-	}
-	var td *btf.Typedef
-	if err := kernel.TypeByName("btf_trace_"+name, &td); errors.Is(err, btf.ErrNotFound) {
+	if _, err := KernelType[*btf.Typedef]("btf_trace_" + name); errors.Is(err, btf.ErrNotFound) {
 		return fmt.Errorf("this kernel has no tracepoint %s:%s", group, name)
 	}
 	return nil
-}
-
-// HaveKfunc reports whether the running kernel's BTF has the function
-// name, which a program may then call as a kfunc.
-func HaveKfunc(name string) bool {
-	kernel, err := btf.LoadKernelSpec()
-	if err != nil {
-		return false
-	}
-	var fn *btf.Func
-	return kernel.TypeByName(name, &fn) == nil
 }
 
 // Tracing attaches fentry, fexit and tp_btf programs (the target is in the

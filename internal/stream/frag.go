@@ -12,37 +12,29 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/probe"
 )
 
-// fragVABase is bpf/stream_frag.h's frag_va_base: the direct-map address
-// of the page a struct page describes is fragVABase + 64 * its address.
-// With it the programs read a write's last bytes from the kernel's copy
-// of them instead of the writer's memory. It is found once per process,
-// by tracing one large kernel allocation (calibrateFrag); the error says
-// why not, and the programs then read the writer's memory.
-var fragVABase = sync.OnceValues(calibrateFrag)
-
-// DirectMapBase returns what the stream programs add to 64 times a struct
-// page's address to find the page in the kernel's direct map, or why it
-// is not known here (then they read a write's last bytes from the
-// writer's memory). bench/kcost sets its parts' frag_va_base with it.
-func DirectMapBase() (uint64, error) { return fragVABase() }
+// DirectMapBase returns bpf/stream_frag.h's frag_va_base: the direct-map
+// address of the page a struct page describes is this base + 64 * the
+// struct's address. With it the programs read a write's last bytes from
+// the kernel's copy of them instead of the writer's memory. It is found
+// once per process, by tracing one large kernel allocation
+// (calibrateFrag); the error says why not, and the programs then read the
+// writer's memory. bench/kcost sets its parts' frag_va_base with it.
+var DirectMapBase = sync.OnceValues(calibrateFrag)
 
 // pageStructSize is the size of struct page that stream_frag.h's
 // address arithmetic assumes.
 const pageStructSize = 64
 
 func calibrateFrag() (uint64, error) {
-	if !regsByCast() {
+	if !RegsByCast() {
 		return 0, errors.New("the kernel lacks bpf_rdonly_cast (Linux 6.2+)")
 	}
-	kernel, err := btf.LoadKernelSpec()
+	page, err := probe.KernelType[*btf.Struct]("page")
 	if err != nil {
-		return 0, fmt.Errorf("reading kernel BTF: %w", err)
-	}
-	var page *btf.Struct
-	if err := kernel.TypeByName("page", &page); err != nil {
-		return 0, fmt.Errorf("struct page in kernel BTF: %w", err)
+		return 0, err
 	}
 	if page.Size != pageStructSize {
 		return 0, fmt.Errorf("struct page is %d bytes, not %d", page.Size, pageStructSize)
@@ -92,18 +84,26 @@ func traceAllocation(spec *ebpf.CollectionSpec, tid int) (uint64, error) {
 		}
 		defer l.Close()
 	}
-	if err := largeAllocation(); err != nil {
-		return 0, err
+	// An interrupt that allocates a page on this thread between the
+	// allocation's two tracepoints spoils one try (the pair then gives
+	// no 1 GiB aligned base); another try is another pipe.
+	for range calibrationTries {
+		if err := largeAllocation(); err != nil {
+			return 0, err
+		}
+		var found struct{ Page, Order, Base uint64 }
+		if err := objs.Found.Lookup(uint32(0), &found); err != nil {
+			return 0, fmt.Errorf("reading the calibration: %w", err)
+		}
+		if found.Base != 0 {
+			return found.Base, nil
+		}
 	}
-	var found struct{ Page, Order, Base uint64 }
-	if err := objs.Found.Lookup(uint32(0), &found); err != nil {
-		return 0, fmt.Errorf("reading the calibration: %w", err)
-	}
-	if found.Base == 0 {
-		return 0, errors.New("no large allocation's pages and address were seen")
-	}
-	return found.Base, nil
+	return 0, fmt.Errorf("no large allocation's pages and address were seen in %d tries", calibrationTries)
 }
+
+// calibrationTries bounds the large allocations the calibration makes.
+const calibrationTries = 3
 
 // largeAllocation makes the kernel kmalloc more than two pages (8 KiB,
 // the largest size its slab caches serve) from the calling thread: a

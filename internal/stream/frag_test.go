@@ -27,11 +27,11 @@ import (
 // writer's memory and say why.
 func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
 	bpftest.Require(t)
-	base, baseErr := fragVABase()
+	base, baseErr := DirectMapBase()
 	switch {
-	case !regsByCast() && baseErr == nil:
+	case !RegsByCast() && baseErr == nil:
 		t.Fatalf("a direct-map base %#x on a kernel without bpf_rdonly_cast", base)
-	case !regsByCast():
+	case !RegsByCast():
 		t.Logf("write tails from the writer's memory on this kernel: %v", baseErr)
 	case baseErr != nil:
 		t.Fatalf("no direct-map base on a kernel with bpf_rdonly_cast: %v", baseErr)
@@ -150,7 +150,7 @@ func TestZerocopyWritesAreReadFromTheWriter(t *testing.T) {
 	// from the writer's buffer anyway); none counted where the writer's
 	// memory is the only way.
 	want := uint64(events)
-	if _, err := fragVABase(); err != nil {
+	if _, err := DirectMapBase(); err != nil {
 		want = 0
 	}
 	if c.TailFromUser != want {

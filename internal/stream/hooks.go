@@ -96,13 +96,9 @@ func withReturn(event, fn string) probe.Variant {
 // takes, from its BTF: 6 before Linux 5.19 (with nonblock), 5 until 6.17
 // (with addr_len), 4 since.
 func recvmsgArgs() (int, error) {
-	kernel, err := btf.LoadKernelSpec()
+	fn, err := probe.KernelType[*btf.Func]("tcp_recvmsg")
 	if err != nil {
-		return 0, fmt.Errorf("reading kernel BTF: %w", err)
-	}
-	var fn *btf.Func
-	if err := kernel.TypeByName("tcp_recvmsg", &fn); err != nil {
-		return 0, fmt.Errorf("tcp_recvmsg in kernel BTF: %w", err)
+		return 0, err
 	}
 	proto, ok := fn.Type.(*btf.FuncProto)
 	if !ok {
@@ -118,9 +114,10 @@ var regsFromBTF = sync.OnceValue(func() bool {
 	return features.HaveProgramHelper(ebpf.Kprobe, asm.FnTaskPtRegs) == nil
 })
 
-// regsByCast reports whether the programs can also reach the syscall
+// RegsByCast reports whether the programs can also reach the syscall
 // registers without a helper call: the kernel has bpf_rdonly_cast (Linux
-// 6.2+), a kfunc the verifier turns into a register move.
-var regsByCast = sync.OnceValue(func() bool {
+// 6.2+), a kfunc the verifier turns into a register move. It is the
+// programs' regs_by_cast; bench/kcost sets its parts' with it.
+var RegsByCast = sync.OnceValue(func() bool {
 	return regsFromBTF() && probe.HaveKfunc("bpf_rdonly_cast")
 })

@@ -31,10 +31,10 @@ func TestEveryHookType(t *testing.T) {
 	type variant struct{ regsByHelper, tailByUser, stackRegs, stateInMap bool }
 	for _, k := range hook.DefaultOrder {
 		variants := []variant{{}}
-		if regsByCast() {
+		if RegsByCast() {
 			variants = append(variants, variant{regsByHelper: true})
 		}
-		if _, err := fragVABase(); err == nil {
+		if _, err := DirectMapBase(); err == nil {
 			variants = append(variants, variant{tailByUser: true})
 		}
 		if regsFromBTF() {

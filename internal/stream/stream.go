@@ -219,7 +219,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"gap_bounds_ns":       bounds,
 		"wakeup_bytes":        probe.WakeupBytes(cfg.RingBufferBytes),
 		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
-		"regs_by_cast":        boolByte(regsByCast() && !cfg.stackRegs && !cfg.regsByHelper),
+		"regs_by_cast":        boolByte(RegsByCast() && !cfg.stackRegs && !cfg.regsByHelper),
 		"frag_va_base":        fragBase,
 		"state_in_sk":         boolByte(inSocket),
 		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
@@ -308,7 +308,7 @@ func (t *Tracer) StateStorage() string {
 // write's last bytes from the writer's memory) and keeps why, for
 // TailSource.
 func (t *Tracer) tailSource(cfg Config) uint64 {
-	base, err := fragVABase()
+	base, err := DirectMapBase()
 	switch {
 	case cfg.tailByUser:
 		base, t.tailReason = 0, errors.New("turned off")
