@@ -8,12 +8,16 @@ package benchutil
 // interceptor variants, an otlp receiver in place of tokenwire.
 
 import (
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/teststack"
@@ -168,4 +172,48 @@ func (c Collector) Start(g *teststack.Group, streamPort int, otlp bool, logs io.
 		return fail(fmt.Errorf("the otlp collector holds %d BPF programs: is tokenwire in another pipeline of %s?", len(ps), c.Config))
 	}
 	return p, nil
+}
+
+// Telemetry returns the sum over its series of the collector's own metric
+// name, read from its Prometheus telemetry endpoint (names as the overlay
+// has them: no type or unit suffix). A name the endpoint does not show is
+// an error.
+func (c Collector) Telemetry(name string) (float64, error) {
+	cl := http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", c.TelemetryPort))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("collector telemetry: %s", resp.Status)
+	}
+	var sum float64
+	seen := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(fields) == 0 {
+			return 0, fmt.Errorf("collector telemetry: no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("collector telemetry: %q: %w", line, err)
+		}
+		sum += v
+		seen = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !seen {
+		return 0, fmt.Errorf("collector telemetry has no %s", name)
+	}
+	return sum, nil
 }

@@ -83,6 +83,10 @@ type sample struct {
 	idleRuns, idleNs     uint64 // in the idle windows around the load
 	idleSecs             float64
 	serverCPU            float64 // the server process's CPU seconds over the load; -1: not measured
+	// tailsFromUser is the collector's write_tails_from_user over the
+	// load: body writes whose last bytes its programs read from the
+	// server's memory; -1 in the modes without the collector.
+	tailsFromUser float64
 }
 
 func run() error {
@@ -169,11 +173,11 @@ func run() error {
 			strconv.FormatUint(s.runs, 10), strconv.FormatUint(s.ns, 10), strconv.Itoa(s.chunks), strconv.Itoa(s.streams),
 			strconv.FormatInt(s.bytes, 10), fmt.Sprintf("%.3f", s.seconds), fmt.Sprintf("%.3f", s.bsy), fmt.Sprintf("%.3f", s.others),
 			strconv.FormatUint(s.idleRuns, 10), strconv.FormatUint(s.idleNs, 10), fmt.Sprintf("%.3f", s.idleSecs),
-			fmt.Sprintf("%.4f", s.serverCPU)})
+			fmt.Sprintf("%.4f", s.serverCPU), strconv.FormatFloat(s.tailsFromUser, 'f', -1, 64)})
 	}
 	if err := res.WriteCSV("kcost.csv", []string{"round", "load", "mode", "program", "prog_id", "hook", "run_cnt", "run_ns",
 		"chunks", "streams", "chunk_bytes", "seconds", "host_busy_cores", "others_cores",
-		"idle_run_cnt", "idle_run_ns", "idle_seconds", "server_cpu_seconds"}, rows); err != nil {
+		"idle_run_cnt", "idle_run_ns", "idle_seconds", "server_cpu_seconds", "tails_from_user"}, rows); err != nil {
 		return err
 	}
 	params := map[string]string{"rounds": strconv.Itoa(*rounds), "duration": duration.String(), "idle": idle.String()}
@@ -182,6 +186,11 @@ func run() error {
 	}
 	return res.WriteMeta(params)
 }
+
+// tailsFromUserMetric counts the body writes whose last bytes the
+// collector's programs read from the writer's memory where they read the
+// kernel's copy (internal/stream, Counters.TailFromUser).
+const tailsFromUserMetric = "otelcol_receiver_tokenwire_write_tails_from_user"
 
 // noDetails is the overlay of mode nodetails: the default pipeline with
 // response bodies kept in the kernel, so that the difference from mode
@@ -228,6 +237,7 @@ func bystander() (string, error) {
 // run time over the load.
 func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string, logs *os.File) ([]sample, error) {
 	var before func() (map[uint32]benchutil.ProgStat, error)
+	tails := func() (float64, error) { return -1, nil }
 	switch mode {
 	case "tokenwire", "nodetails", "notls", "bystander":
 		coll.Overlay = map[string]string{"nodetails": noDetails, "notls": noTLS}[mode]
@@ -243,6 +253,7 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		}
 		defer p.Stop()
 		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(benchutil.Programs(p.Pid())) }
+		tails = func() (float64, error) { return coll.Telemetry(tailsFromUserMetric) }
 	default:
 		attach := attachFloor
 		for _, st := range benchutil.WriteSteps[1:] {
@@ -269,6 +280,10 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 	if err != nil {
 		return nil, err
 	}
+	tails0, err := tails()
+	if err != nil {
+		return nil, err
+	}
 	host := benchutil.StartHost()
 	cpu0 := serverCPU(l)
 	t0 := time.Now()
@@ -286,6 +301,14 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 	if err != nil {
 		return nil, err
 	}
+	tails1, err := tails()
+	if err != nil {
+		return nil, err
+	}
+	tailsFromUser := tails1 - tails0
+	if tails0 < 0 {
+		tailsFromUser = -1
+	}
 	time.Sleep(*idle)
 	i1, err := before()
 	if err != nil {
@@ -299,7 +322,7 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		out = append(out, sample{load: l.name, mode: mode, prog: b.Name, id: id, hook: hookOf(b.Name),
 			runs: b.RunCnt - a.RunCnt, ns: b.RunNs - a.RunNs, chunks: lr.chunks, streams: lr.streams, bytes: lr.bytes,
 			seconds: secs, bsy: hl.BusyCores, others: hl.OthersCores,
-			idleRuns: idleRuns, idleNs: idleNs, idleSecs: 2 * idle.Seconds(), serverCPU: cpu})
+			idleRuns: idleRuns, idleNs: idleNs, idleSecs: 2 * idle.Seconds(), serverCPU: cpu, tailsFromUser: tailsFromUser})
 	}
 	if lr.chunks == 0 {
 		return nil, fmt.Errorf("no chunks delivered (first error: %v)", lr.err)

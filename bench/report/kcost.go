@@ -21,6 +21,10 @@ type kround struct {
 	hook            map[string]string
 	others, seconds float64
 	serverCPU       float64 // the server process's CPU seconds; -1: not measured
+	// tailsFromUser is the collector's count of body writes whose last
+	// bytes its programs read from the server's memory; -1: no collector;
+	// NaN: not recorded.
+	tailsFromUser float64
 }
 
 func (k kround) perChunk() float64 { return k.total / k.chunks }
@@ -41,7 +45,7 @@ func loadKcost(runID string) (map[[2]string][]kround, error) {
 		if kr == nil {
 			kr = &kround{round: rn, chunks: num(r, "chunks"), bytes: num(r, "chunk_bytes"), ns: map[string]float64{},
 				runs: map[string]float64{}, hook: map[string]string{}, others: num(r, "others_cores"), seconds: num(r, "seconds"),
-				serverCPU: num(r, "server_cpu_seconds")}
+				serverCPU: num(r, "server_cpu_seconds"), tailsFromUser: num(r, "tails_from_user")}
 			idx[k][rn] = kr
 		}
 		scale := num(r, "seconds") / num(r, "idle_seconds")
@@ -379,6 +383,25 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	c := cells["tokenwire"]
 	d.p("| tokenwire's write program | classifying the write's bytes (stream_peek.h), accounting the chunk (stream_write.h) | %s | %s | %s | %s |\n\n", c[0], c[1], c[2], c[3])
 	stepSavings(d, perRun)
+	tailsNote(d, data)
+}
+
+// tailsNote says how many of the body writes in mode tokenwire the
+// collector's programs read from the server's memory rather than the
+// kernel's copy (its write_tails_from_user over each load), against the
+// chunks the clients received.
+func tailsNote(d *doc, data map[[2]string][]kround) {
+	var parts []string
+	for _, l := range []string{"dense", "sparse"} {
+		rs := data[[2]string{l, "tokenwire"}]
+		if len(rs) == 0 || math.IsNaN(rs[0].tailsFromUser) {
+			return
+		}
+		tails := each(rs, func(r kround) float64 { return r.tailsFromUser })
+		chunks := each(rs, func(r kround) float64 { return r.chunks })
+		parts = append(parts, fmt.Sprintf("%s %s of %s chunks", l, tails.f(0), chunks.f(0)))
+	}
+	d.p("Body writes whose last bytes tokenwire's programs read from the server's memory, where they read the kernel's copy (the collector's `otelcol_receiver_tokenwire_write_tails_from_user` over each load of mode tokenwire, per round): %s.\n\n", strings.Join(parts, "; "))
 }
 
 // stepSavings says what the receiver's ways save against the others,

@@ -30,8 +30,9 @@ type Counters struct {
 	Unread uint64
 	// TailFromUser counts body writes whose last bytes were read from the
 	// writer's memory where the kernel's copy is the programs' way
-	// (TailSource): the copy was not found (a write elsewhere since the
-	// task's last one, a new page).
+	// (TailSource): the copy was not there to read (a socket with zerocopy
+	// or an upper layer such as kTLS, a send call other than write,
+	// writev, sendto or sendmsg, a fragment with fewer than 16 bytes).
 	TailFromUser uint64
 }
 

@@ -110,14 +110,10 @@ func (r *tokenwireReceiver) registerStreamTelemetry() error {
 			o.Observe(int64(c.Stale), stale)
 			return nil
 		}),
-		r.telemetry.RegisterReceiverTokenwirePayloadsUnreadCallback(func(_ context.Context, o metric.Int64Observer) error {
-			c, err := tr.Counters()
-			if err != nil {
-				return err
-			}
-			o.Observe(int64(c.Unread))
-			return nil
-		}),
+		r.telemetry.RegisterReceiverTokenwirePayloadsUnreadCallback(
+			observeCounter(tr, func(c stream.Counters) uint64 { return c.Unread })),
+		r.telemetry.RegisterReceiverTokenwireWriteTailsFromUserCallback(
+			observeCounter(tr, func(c stream.Counters) uint64 { return c.TailFromUser })),
 		r.registerTLSTelemetry(tr),
 		r.telemetry.RegisterReceiverTokenwireStreamsOpenCallback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(agg.OpenCount()))
@@ -133,6 +129,18 @@ func (r *tokenwireReceiver) registerStreamTelemetry() error {
 			return nil
 		}),
 	)
+}
+
+// observeCounter observes one of the stream probe's kernel counters.
+func observeCounter(tr *stream.Tracer, field func(stream.Counters) uint64) metric.Int64Callback {
+	return func(_ context.Context, o metric.Int64Observer) error {
+		c, err := tr.Counters()
+		if err != nil {
+			return err
+		}
+		o.Observe(int64(field(c)))
+		return nil
+	}
 }
 
 // recordStreams records the stream sums through the MetricsBuilder, one

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -84,6 +85,11 @@ func TestSelfTelemetry(t *testing.T) {
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_streams_open", ""), int64(0))
 	require.GreaterOrEqual(t, sumFor("otelcol_receiver_tokenwire_map_entries", "stream"), int64(0))
 	require.EqualValues(t, 0, sumFor("otelcol_receiver_tokenwire_payloads_unread", ""))
+	// Reported on every kernel; 0 where the kernel's copy is not read.
+	// Where it is, a write split across two pages with fewer than 16 bytes
+	// in the second is read from the writer's memory: rare, not never.
+	fromUser := sumFor("otelcol_receiver_tokenwire_write_tails_from_user", "")
+	require.True(t, fromUser == 0 || fromUser == 1 && stream.RegsByCast(), "write_tails_from_user = %d", fromUser)
 	// The handshake probe's count of client handshakes it could not
 	// measure is reported (its value depends on what else connected).
 	untracked, err := tel.GetMetric("otelcol_receiver_tokenwire_connections_untracked")

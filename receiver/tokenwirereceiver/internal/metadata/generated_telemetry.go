@@ -44,6 +44,7 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireTLSConnections       metric.Int64ObservableCounter
 	ReceiverTokenwireTLSProbeFailures     metric.Int64ObservableCounter
 	ReceiverTokenwireTLSTargets           metric.Int64ObservableGauge
+	ReceiverTokenwireWriteTailsFromUser   metric.Int64ObservableCounter
 	ReceiverTokenwireXdpAllowlistEntries  metric.Int64ObservableGauge
 	ReceiverTokenwireXdpBlocklistEntries  metric.Int64ObservableGauge
 	ReceiverTokenwireXdpReloads           metric.Int64ObservableCounter
@@ -201,6 +202,21 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireTLSTargetsCallback(cb 
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireTLSTargets, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireTLSTargets)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwireWriteTailsFromUserCallback sets callback for observable ReceiverTokenwireWriteTailsFromUser metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwireWriteTailsFromUserCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireWriteTailsFromUser, obs: o})
+		return nil
+	}, builder.ReceiverTokenwireWriteTailsFromUser)
 	if err != nil {
 		return err
 	}
@@ -377,6 +393,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_tls_targets",
 		metric.WithDescription("TLS libraries (or executables that link one in) in the running processes serving the watched ports, by result: probed (uprobes attached: their TLS streams are read as plaintext, mode tls), excluded (left out by streams.tls: mode opaque) or unprobeable (see receiver_tokenwire_tls_probe_failures: mode opaque); and by library: openssl (the OpenSSL API: OpenSSL 1.1 or 3, BoringSSL), go (crypto/tls) or unknown. [Development]"),
 		metric.WithUnit("{target}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwireWriteTailsFromUser, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_write_tails_from_user",
+		metric.WithDescription("Response body writes (after a stream's first) whose last bytes the stream probe read from the writing process's memory although it reads them from the kernel's copy on this kernel (the startup log's write_tails says which): a socket with zerocopy or kTLS, a send call other than write, writev, sendto or sendmsg, or a page fragment with fewer than 16 bytes. Each costs a user-memory read; it stays 0 where the kernel's copy is not used. [Development]"),
+		metric.WithUnit("{write}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireXdpAllowlistEntries, err = builder.meter.Int64ObservableGauge(

@@ -267,6 +267,22 @@ func AssertEqualReceiverTokenwireTLSTargets(t *testing.T, tt *componenttest.Tele
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverTokenwireWriteTailsFromUser(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_tokenwire_write_tails_from_user",
+		Description: "Response body writes (after a stream's first) whose last bytes the stream probe read from the writing process's memory although it reads them from the kernel's copy on this kernel (the startup log's write_tails says which): a socket with zerocopy or kTLS, a send call other than write, writev, sendto or sendmsg, or a page fragment with fewer than 16 bytes. Each costs a user-memory read; it stays 0 where the kernel's copy is not used. [Development]",
+		Unit:        "{write}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_tokenwire_write_tails_from_user")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverTokenwireXdpAllowlistEntries(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_xdp_allowlist_entries",
