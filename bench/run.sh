@@ -36,6 +36,7 @@ go build -o "$B/streams" ./bench/streams
 	go test -run '^TestStreamRecordsDoNotAllocate$' -v ./internal/streamagg/ 2>&1 | grep -E '^(--- |ok|FAIL)'
 	go test -run '^$' -bench '^BenchmarkStreamRecords$' -benchmem -count "$COUNT" ./internal/streamagg/
 	go test -run '^$' -bench '^BenchmarkXDP(Empty)?$' -benchtime 1000000x -count "$COUNT" ./internal/xdp/
+	go test -run '^$' -bench '^BenchmarkUprobeTrap$' -benchtime 200000x -count "$COUNT" ./bench/uprobetrap/
 } > "$R/gobench.txt"
 
 "$B/kcost" -collector "$COLLECTOR" -config "$CONFIG" $KC -outdir "$R"

@@ -175,6 +175,9 @@ func kcostSection(d *doc) error {
 	writeParts(d, data)
 	detailsCost(d, data)
 	tlsCost(d, data, meta.Params["tls"])
+	if err := trapCost(d); err != nil {
+		return err
+	}
 	if tw, tws := data[[2]string{"dense", "tokenwire"}], data[[2]string{"sparse", "tokenwire"}]; len(tw) > 0 && len(tws) > 0 {
 		ratio := byRound(tws, tw, func(x, y kround) float64 { return x.perChunk() / y.perChunk() })
 		d.p("Sparse / dense, per round: %s (target at most 2).\n\n", ratio.f(2))

@@ -83,3 +83,20 @@ func tlsCost(d *doc, data map[[2]string][]kround, describe string) {
 		byCPU.f(1), byRel.pct(), byCall.f(0))
 	d.target("System-wide uprobes: a bystander's added CPU per chunk (computed, no target)", byCPU.f(1)+" µs ("+byRel.pct()+")", "computed, no target", "1")
 }
+
+// trapCost is bench/uprobetrap's BenchmarkUprobeTrap: what one uprobe
+// costs the call it probes, by the kind of instruction it sits on.
+func trapCost(d *doc) error {
+	g, err := readGobench(d.runID)
+	if err != nil {
+		return err
+	}
+	get := func(c string) spread { return g.get("BenchmarkUprobeTrap/"+c, "ns/op") }
+	none, ee, es, re, rs := get("none"), get("entry/emulated"), get("entry/stepped"), get("return/emulated"), get("return/stepped")
+	if !none.ok() {
+		return nil
+	}
+	d.p("What one uprobe costs the call it probes on this machine (`BenchmarkUprobeTrap`, bench/uprobetrap: ns per call of a four-instruction function, median [min-max] over the -count runs): nothing attached %s; an entry uprobe on an instruction the kernel emulates (a jump) %s, on one it single-steps out of line (a load) %s; a return uprobe, which also sits on the function's first instruction: that instruction emulated %s, single-stepped %s. Single-stepping adds %.0f ns to an entry uprobe (difference of the medians).\n\n",
+		none.f(1), ee.f(0), es.f(0), re.f(0), rs.f(0), es.Med-ee.Med)
+	return nil
+}
