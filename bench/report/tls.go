@@ -96,7 +96,7 @@ func trapCost(d *doc) error {
 	if !none.ok() {
 		return nil
 	}
-	d.p("What one uprobe costs the call it probes on this machine (`BenchmarkUprobeTrap`, bench/uprobetrap: ns per call of a four-instruction function, median [min-max] over the -count runs): nothing attached %s; an entry uprobe on an instruction the kernel emulates (a jump) %s, on one it single-steps out of line (a load) %s; a return uprobe, which also sits on the function's first instruction: that instruction emulated %s, single-stepped %s. Single-stepping adds %.0f ns to an entry uprobe (difference of the medians).\n\n",
+	d.p("What one uprobe costs the call it probes on this machine (`BenchmarkUprobeTrap`, bench/uprobetrap: ns per call of a four-instruction function, median [min-max] over the -count runs): nothing attached %s; an entry uprobe on an instruction the kernel emulates (a conditional jump, as Go's stack check ends: tokenwire's Go entry probes sit there) %s, on one it single-steps out of line (a load from the stack) %s; a return uprobe, which also sits on the function's first instruction: that instruction emulated %s, single-stepped %s. Single-stepping adds %.0f ns to an entry uprobe (difference of the medians).\n\n",
 		none.f(1), ee.f(0), es.f(0), re.f(0), rs.f(0), es.Med-ee.Med)
 	return nil
 }

@@ -10,9 +10,9 @@ package uprobetrap
 import "unsafe"
 
 // Each function returns x+1. stepped begins with a load from its
-// arguments, which the kernel single-steps; emulated with a jump to the
-// next instruction, which it emulates (BenchmarkUprobeTrap checks both
-// encodings in the test binary).
+// arguments, which the kernel single-steps; emulated with a conditional
+// jump to the next instruction (JBE, as Go's stack check ends), which it
+// emulates. BenchmarkUprobeTrap checks both encodings in the test binary.
 
 func stepped(x int) int
 func emulated(x int) int

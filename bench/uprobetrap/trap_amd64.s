@@ -9,7 +9,7 @@ TEXT ·stepped(SB), NOSPLIT|NOFRAME, $0-16
 
 // func emulated(x int) int
 TEXT ·emulated(SB), NOSPLIT|NOFRAME, $0-16
-	JMP  next
+	JLS  next
 next:
 	MOVQ x+0(FP), AX
 	INCQ AX

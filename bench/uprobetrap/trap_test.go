@@ -30,7 +30,7 @@ func BenchmarkUprobeTrap(b *testing.B) {
 	sa, ea := addrs()
 	offsets := map[string]uint64{
 		"stepped":  fileOffset(b, sa, []byte{0x48, 0x8b}), // MOVQ from the stack
-		"emulated": fileOffset(b, ea, []byte{0xeb, 0x00}), // JMP to the next instruction
+		"emulated": fileOffset(b, ea, []byte{0x76, 0x00}), // JLS (JBE) to the next instruction
 	}
 	ex, err := link.OpenExecutable(exe)
 	if err != nil {

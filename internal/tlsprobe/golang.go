@@ -54,11 +54,15 @@ func goPlan(r io.ReaderAt, f *elf.File) (*plan, error) {
 		entry, ret role
 	}{{goRead, roleGoRead, roleGoReadRet}, {goWrite, roleGoWrite, roleGoWriteRet}} {
 		fn := fns[x.name]
-		rets, err := retOffsets(f, fn)
+		b, err := code(f, fn)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", x.name, err)
 		}
-		p.points = append(p.points, point{role: x.entry, offset: fn.Offset})
+		rets, err := retOffsets(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", x.name, err)
+		}
+		p.points = append(p.points, point{role: x.entry, offset: fn.Offset + entryOffset(b)})
 		for _, r := range rets {
 			p.points = append(p.points, point{role: x.ret, offset: fn.Offset + r})
 		}
@@ -80,15 +84,46 @@ func registerABI(version string) bool {
 	return err == nil && minor >= 17
 }
 
-// retOffsets decodes fn's machine code and returns the offset of each RET
-// in it. A uretprobe rewrites the return address on the stack, which the
-// Go runtime copies elsewhere when it grows a goroutine's stack; uprobes
-// on the RET instructions see the same registers without touching it.
-func retOffsets(f *elf.File, fn function) ([]uint64, error) {
-	b, err := code(f, fn)
-	if err != nil {
-		return nil, err
+// entryOffset returns where in a Go function's machine code b its entry
+// uprobe goes: on the conditional jump of the stack check it begins with
+// (CMPQ SP, 16(R14), after LEAQ -frame(SP), R12 for a large frame), or at
+// its first byte if it begins otherwise. The kernel emulates a jump, where
+// it single-steps a compare out of line: a second trap, the dearer part of
+// a uprobe on a virtual machine (bench/uprobetrap). Neither instruction
+// before the jump writes a register that carries arguments (AX, BX, CX,
+// DI, SI, R8-R11) or the goroutine (R14), and a call that grows its stack
+// runs the jump again, as it ran the function's first byte again.
+func entryOffset(b []byte) uint64 {
+	for off, i := 0, 0; i < 3 && off < len(b); i++ {
+		inst, err := x86asm.Decode(b[off:], 64)
+		if err != nil {
+			return 0
+		}
+		switch {
+		case inst.Op == x86asm.JBE && i > 0:
+			return uint64(off)
+		case inst.Op == x86asm.LEA && i == 0 && inst.Args[0] == x86asm.R12:
+		case inst.Op == x86asm.CMP && stackGuard(inst.Args[1]):
+		default:
+			return 0
+		}
+		off += inst.Len
 	}
+	return 0
+}
+
+// stackGuard reports whether a is the goroutine's stack guard, 16(R14).
+func stackGuard(a x86asm.Arg) bool {
+	m, ok := a.(x86asm.Mem)
+	return ok && m.Base == x86asm.R14 && m.Index == 0 && m.Disp == 16
+}
+
+// retOffsets decodes a function's machine code b and returns the offset
+// of each RET in it. A uretprobe rewrites the return address on the
+// stack, which the Go runtime copies elsewhere when it grows a goroutine's
+// stack; uprobes on the RET instructions see the same registers without
+// touching it.
+func retOffsets(b []byte) ([]uint64, error) {
 	var rets []uint64
 	for off := 0; off < len(b); {
 		inst, err := x86asm.Decode(b[off:], 64)

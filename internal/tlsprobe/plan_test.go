@@ -40,8 +40,9 @@ func libssl(t *testing.T) string {
 	return ""
 }
 
-// checkPoints checks that every entry point of p is at a function's first
-// byte in the file and every Go return point at a RET (0xc3).
+// checkPoints checks that every Go entry point of p is at its function's
+// stack check's conditional jump (JBE: 0x76 or 0x0f 0x86), which the
+// kernel emulates, and every Go return point at a RET (0xc3).
 func checkPoints(t *testing.T, path string, p *plan) map[role]int {
 	t.Helper()
 	f, err := os.Open(path)
@@ -52,6 +53,12 @@ func checkPoints(t *testing.T, path string, p *plan) map[role]int {
 	roles := map[role]int{}
 	for _, pt := range p.points {
 		roles[pt.role]++
+		if pt.role == roleGoRead || pt.role == roleGoWrite {
+			b := make([]byte, 2)
+			if _, err := f.ReadAt(b, int64(pt.offset)); err != nil || b[0] != 0x76 && (b[0] != 0x0f || b[1] != 0x86) {
+				t.Errorf("role %d at %#x: % x, want the stack check's JBE: %v", pt.role, pt.offset, b, err)
+			}
+		}
 		if pt.role == roleGoReadRet || pt.role == roleGoWriteRet {
 			b := make([]byte, 1)
 			if _, err := f.ReadAt(b, int64(pt.offset)); err != nil || b[0] != 0xc3 {
