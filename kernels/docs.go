@@ -294,5 +294,7 @@ _build/bin/kernels -render kernels/results/matrix.json            # the docs aga
   (-test-timeout): a test that hangs is reported as that test and the plan goes on.
 - Tests that need iproute2 network namespaces, veth pairs or setpriv cannot run under busybox: the guests leave
   them out and say so in the matrix; the native row runs them.
+- A guest whose kernel panics before /init (it has run nothing of the plan; 6.12 under TCG rarely does) is booted once
+  more; the matrix lists the failed boot and keeps its console log as <kernel>.boot1.log. A panic after /init fails the row.
 - ` + "`-jobs`" + ` sets the guests booted at a time (the Makefile's KERNELS_JOBS), ` + "`-guest-timeout`" + ` bounds each guest.
 `

@@ -24,6 +24,10 @@ import (
 // cacheEnv overrides where kernel packages are cached.
 const cacheEnv = "TOKENWIRE_KERNEL_CACHE"
 
+// guestBoots is how many times a guest may be booted when its kernel
+// panics before /init (BootAgain).
+const guestBoots = 2
+
 type options struct {
 	pins, cache, work, out, busybox string
 	only                            []string
@@ -183,6 +187,19 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 			}
 			fmt.Fprintf(os.Stderr, "kernels: %s: booting %s\n", k.Name, filepath.Base(k.Vmlinuz))
 			e := BootGuest(ctx, k, initrd, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+			for boot := 1; boot < guestBoots && ctx.Err() == nil; boot++ {
+				why, again := BootAgain(e)
+				if !again {
+					break
+				}
+				failed := strings.TrimSuffix(base.ConsoleLog, ".log") + fmt.Sprintf(".boot%d.log", boot)
+				if err := os.Rename(base.ConsoleLog, failed); err != nil {
+					failed = base.ConsoleLog + " (overwritten: " + err.Error() + ")"
+				}
+				base.Reboots = append(base.Reboots, Reboot{Problem: why, Seconds: e.Wall.Seconds(), ConsoleLog: failed})
+				fmt.Fprintf(os.Stderr, "kernels: %s: panicked before /init (%s); booting it again\n", k.Name, why)
+				e = BootGuest(ctx, k, initrd, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+			}
 			guestRows[i] = BuildRow(base, guestPlan, e, o.guestTimeout)
 		})
 	}

@@ -48,6 +48,15 @@ func (m *Matrix) Markdown() string {
 	b.WriteString(table([]string{"kernel", "distro", "version", "uname -r", "run", "boot s", "test s", "total s", "cpu s", "finished", "result"}, rows))
 	b.WriteString("\nboot: qemu start to the guest's /init; test: the plan in the guest (or natively); total: qemu start to exit; " +
 		"cpu: user+system time of qemu (or of the native plan).\n\n")
+	var reboots []string
+	for _, r := range m.Rows {
+		for _, rb := range r.Reboots {
+			reboots = append(reboots, fmt.Sprintf("- %s: `%s` after %.1f s, before /init (console log `%s`); booted again\n", r.Name, rb.Problem, rb.Seconds, rb.ConsoleLog))
+		}
+	}
+	if len(reboots) > 0 {
+		fmt.Fprintf(&b, "Boots repeated: a guest kernel that panics before /init has run nothing of the plan, so it is booted again, up to %d boots in all (kernels/row.go, BootAgain). The table and the matrix are the last boot's.\n\n%s\n", guestBoots, strings.Join(reboots, ""))
+	}
 
 	b.WriteString("## Matrix\n\n")
 	for _, c := range m.Capabilities {

@@ -52,7 +52,8 @@ func sampleMatrix(t *testing.T) *Matrix {
 		add("@@twk end " + r.ID + " rc=0")
 	}
 	add("@@twk done")
-	base := Row{Name: "debian12", Distro: "Debian 12 bookworm", Version: "6.1.176-1", Mode: "qemu", URL: "http://example/k.deb", SHA256: strings.Repeat("a", 64)}
+	base := Row{Name: "debian12", Distro: "Debian 12 bookworm", Version: "6.1.176-1", Mode: "qemu", URL: "http://example/k.deb", SHA256: strings.Repeat("a", 64),
+		Reboots: []Reboot{{Problem: "Kernel panic - not syncing: Fatal exception in interrupt", Seconds: 21.25, ConsoleLog: "logs/debian12.boot1.log"}}}
 	guest := BuildRow(base, plan, Exec{Lines: lines, Wall: time.Duration(len(lines)) * time.Second, CPU: 5 * time.Second}, time.Hour)
 	// A guest that never booted.
 	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: []Line{{Text: "Kernel panic - not syncing: VFS"}}, Wall: time.Second}, time.Hour)
@@ -103,6 +104,7 @@ func TestReport(t *testing.T) {
 		"| internal/xdp | TestVethDropsBlocklistedSources |",
 		"| kprobe/stream | 8.0 | - |",
 		"The forced-hook runs of receiver/tokenwirereceiver take only TestA, TestB; its other tests run in the default run. Why: because.",
+		"- debian12: `Kernel panic - not syncing: Fatal exception in interrupt` after 21.2 s, before /init (console log `logs/debian12.boot1.log`); booted again",
 	} {
 		if !strings.Contains(flat, squeeze(want)) {
 			t.Errorf("matrix.md lacks %q:\n%s", want, md)
@@ -128,7 +130,7 @@ func TestReport(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Failed != 8 || len(back.Rows) != 2 || len(back.Rows[0].Runs) != len(guest.Runs) || back.Rows[0].HookMatrix[0].Reason == "" {
+	if back.Failed != 8 || len(back.Rows) != 2 || len(back.Rows[0].Runs) != len(guest.Runs) || back.Rows[0].HookMatrix[0].Reason == "" || len(back.Rows[0].Reboots) != 1 {
 		t.Errorf("matrix.json does not round-trip: %+v", back)
 	}
 }

@@ -49,3 +49,32 @@ func TestJudge(t *testing.T) {
 		t.Errorf("counts %d/%d/%d, %v s, skips %v", res.Passed, res.Failed, res.Skipped, res.Seconds, res.Skips)
 	}
 }
+
+func TestBootAgain(t *testing.T) {
+	lines := func(texts ...string) Exec {
+		var e Exec
+		for i, text := range texts {
+			e.Lines = append(e.Lines, Line{At: time.Duration(i) * time.Second, Text: text})
+		}
+		return e
+	}
+	for _, tc := range []struct {
+		name  string
+		e     Exec
+		again bool
+		why   string
+	}{
+		{"panic before init", lines("Booting from ROM...", "[    6.918271] Kernel panic - not syncing: Fatal exception in interrupt"), true, "Kernel panic - not syncing: Fatal exception in interrupt"},
+		// A panic once the plan runs may be the code under test's doing.
+		{"panic after init", lines("@@twk boot", "@@twk begin default/stream", "[   40.1] Kernel panic - not syncing: Fatal exception"), false, ""},
+		{"hung before init", lines("Booting from ROM..."), false, ""},
+		{"qemu did not start", Exec{}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, again := BootAgain(tc.e)
+			if again != tc.again || why != tc.why {
+				t.Errorf("BootAgain = %q, %v; want %q, %v", why, again, tc.why, tc.again)
+			}
+		})
+	}
+}

@@ -34,6 +34,35 @@ type Row struct {
 	HookMatrix     []HookMatrix `json:"hook_matrix"`
 	KernelWarnings []string     `json:"kernel_warnings,omitempty"`
 	ConsoleLog     string       `json:"console_log"`
+	// Reboots are the boots of this guest that panicked before /init and
+	// were repeated (BootAgain); the row's results are the last boot's.
+	Reboots []Reboot `json:"reboots,omitempty"`
+}
+
+// Reboot is a guest boot that panicked before /init, kept for the report.
+type Reboot struct {
+	Problem    string  `json:"problem"`
+	Seconds    float64 `json:"seconds"`
+	ConsoleLog string  `json:"console_log"`
+}
+
+// BootAgain reports whether a guest's boot should be repeated, and why: it
+// panicked before /init. Under TCG a guest kernel can panic while it boots
+// (6.12 has shown a fatal exception in interrupt a few seconds in), before
+// the initramfs runs anything; such a boot says nothing of the code under
+// test. A guest that booted, hung, or never started is not repeated: the
+// first would hide a failure, the others would only fail again.
+func BootAgain(e Exec) (string, bool) {
+	s := ParseSession(e.Lines)
+	if s.Booted {
+		return "", false
+	}
+	for _, l := range s.Other {
+		if i := strings.Index(l, "Kernel panic"); i >= 0 {
+			return strings.TrimSpace(l[i:]), true
+		}
+	}
+	return "", false
 }
 
 // OK reports whether every run of the row passed and the plan finished.
