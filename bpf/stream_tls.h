@@ -281,11 +281,31 @@ static __always_inline void tls_recv(const struct sock *sk, struct stream_state 
 		tls_recv_opaque(sk, st, ret);
 }
 
+/* go_write_sent ends the Go write call in flight of the goroutine that
+ * writes a plaintext-driven socket: (*Conn).Write writes its records to
+ * the socket itself, before it returns, and after its entry can run again
+ * (a stack growth runs the prologue again). So a later call with the same
+ * arguments (net/http flushes the same bufio buffer every time) is a new
+ * write. A probe on the call's RET instructions would do the same, at the
+ * cost of a trap the kernel single-steps (bench/uprobetrap). */
+static __always_inline void go_write_sent(void)
+{
+	struct tls_call_key key = {.tgid = bpf_get_current_pid_tgid() >> 32, .by_g = 1, .id = user_r14()};
+	if (!key.id)
+		return;
+	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, &key);
+	if (c)
+		c->wr_ssl = 0;
+}
+
 static __always_inline int tls_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
-	if (st->tls & TLS_PLAIN)
-		return 0; /* its plaintext writes are accounted by the uprobes */
-	return tls_send_opaque(sk, st, ret);
+	if (!(st->tls & TLS_PLAIN))
+		return tls_send_opaque(sk, st, ret);
+	/* Its plaintext writes are accounted by the uprobes. */
+	if (st->tls & TLS_GO)
+		go_write_sent();
+	return 0;
 }
 
 #endif

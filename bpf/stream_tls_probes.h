@@ -8,9 +8,10 @@
  *   SSL_write_ex, at entry and return (uretprobes), keyed by thread.
  *   Reads are accounted at their return (the plaintext is there then),
  *   writes at their entry (tls_write_enter says why).
- *   Go crypto/tls: (*Conn).Read and (*Conn).Write, at entry and at each
- *   of their RET instructions (a uretprobe would rewrite a return address
- *   on a goroutine stack the runtime moves), keyed by goroutine; the
+ *   Go crypto/tls: (*Conn).Read at entry and at each of its RET
+ *   instructions (a uretprobe would rewrite a return address on a
+ *   goroutine stack the runtime moves), (*Conn).Write at entry only (its
+ *   socket write ends it: go_write_sent), keyed by goroutine; the
  *   register ABI (Go 1.17+) has the receiver in RAX, the buffer in RBX,
  *   the count returned in RAX and the goroutine in R14.
  *
@@ -152,7 +153,9 @@ static __always_inline int tls_read_enter(const struct tls_call_key *key, __u64 
  * could return from its read call first). Nested calls (BoringSSL's _ex
  * calling the plain one, Go's entry run again) and the retry of a write
  * that failed with the same arguments (nginx, non-blocking) are no new
- * write. */
+ * write. A Go call has no return probe: the socket write inside it ends
+ * it (go_write_sent), and one of no bytes, which writes nothing, is not
+ * kept. */
 static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64 ssl, __u64 buf, __s64 n,
 					   __u64 lenp, int nestable)
 {
@@ -162,6 +165,10 @@ static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64
 	if (c->wr_ssl == ssl && c->wr_buf == buf) {
 		if (nestable)
 			c->wr_nest++;
+		return 0;
+	}
+	if (key->by_g && n <= 0) {
+		c->wr_ssl = 0;
 		return 0;
 	}
 	int retry = c->retry_ssl == ssl && c->retry_buf == buf;
@@ -246,14 +253,13 @@ static __always_inline int tls_read_done(const struct tls_call_key *key, __s64 r
 	return 0;
 }
 
-/* tls_write_done ends a write call: one that was accounted and failed is
- * retried with the same arguments, which is no new write; one that was
- * not accounted (its socket unknown at its entry) and began an HTTP
- * request waits for the thread's next client socket write
- * (client_note_write_by). Any other would give its TLS object to a socket
- * write it did not make: a server's response on a socket nobody watches,
- * followed by the thread's client handshake; or a goroutine's (Go writes
- * its socket inside the call), whose key a later goroutine reuses. */
+/* tls_write_done ends a write call of the OpenSSL API: one that was
+ * accounted and failed is retried with the same arguments, which is no
+ * new write; one that was not accounted (its socket unknown at its entry)
+ * and began an HTTP request waits for the thread's next client socket
+ * write (client_note_write_by). Any other would give its TLS object to a
+ * socket write it did not make: a server's response on a socket nobody
+ * watches, followed by the thread's client handshake. */
 static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 ret)
 {
 	struct tls_call *c = bpf_map_lookup_elem(&tw_st_tls_calls, key);
@@ -269,7 +275,7 @@ static __always_inline int tls_write_done(const struct tls_call_key *key, __s64 
 			c->retry_ssl = c->wr_ssl;
 			c->retry_buf = c->wr_buf;
 		}
-	} else if (!c->wr_done && !key->by_g && !pend_copy(key, c->wr_buf, n)) {
+	} else if (!c->wr_done && !pend_copy(key, c->wr_buf, n)) {
 		c->pend_ssl = c->wr_ssl;
 		c->pend_n = n;
 	}
@@ -292,6 +298,8 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 		return;
 	__u64 ssl = c->wr_ssl;
 	__s64 n = c->wr_n, pend = 0;
+	if (ssl && key->by_g)
+		c->wr_ssl = 0; /* the call's end (go_write_sent) */
 	if (ssl && c->wr_done) {
 		n = 0;
 	} else if (ssl) {
@@ -423,13 +431,6 @@ int tw_tls_go_wr(struct pt_regs *ctx)
 		return 0;
 	struct tls_call_key k = goroutine_key(ctx);
 	return tls_write_enter(&k, ctx->ax, ctx->bx, (__s64)ctx->cx, 0, 0);
-}
-
-SEC("uprobe")
-int tw_tls_go_wrret(struct pt_regs *ctx)
-{
-	struct tls_call_key k = goroutine_key(ctx);
-	return tls_write_done(&k, (__s64)ctx->ax);
 }
 
 #endif

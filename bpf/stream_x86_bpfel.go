@@ -311,7 +311,6 @@ const (
 	StreamProgTwTlsGoRd            = "tw_tls_go_rd"
 	StreamProgTwTlsGoRdret         = "tw_tls_go_rdret"
 	StreamProgTwTlsGoWr            = "tw_tls_go_wr"
-	StreamProgTwTlsGoWrret         = "tw_tls_go_wrret"
 	StreamProgTwTlsRd              = "tw_tls_rd"
 	StreamProgTwTlsRdRet           = "tw_tls_rd_ret"
 	StreamProgTwTlsRdex            = "tw_tls_rdex"
@@ -427,7 +426,6 @@ type StreamProgramSpecs struct {
 	TwTlsGoRd       *ebpf.ProgramSpec `ebpf:"tw_tls_go_rd"`
 	TwTlsGoRdret    *ebpf.ProgramSpec `ebpf:"tw_tls_go_rdret"`
 	TwTlsGoWr       *ebpf.ProgramSpec `ebpf:"tw_tls_go_wr"`
-	TwTlsGoWrret    *ebpf.ProgramSpec `ebpf:"tw_tls_go_wrret"`
 	TwTlsRd         *ebpf.ProgramSpec `ebpf:"tw_tls_rd"`
 	TwTlsRdRet      *ebpf.ProgramSpec `ebpf:"tw_tls_rd_ret"`
 	TwTlsRdex       *ebpf.ProgramSpec `ebpf:"tw_tls_rdex"`
@@ -625,7 +623,6 @@ type StreamPrograms struct {
 	TwTlsGoRd       *ebpf.Program `ebpf:"tw_tls_go_rd"`
 	TwTlsGoRdret    *ebpf.Program `ebpf:"tw_tls_go_rdret"`
 	TwTlsGoWr       *ebpf.Program `ebpf:"tw_tls_go_wr"`
-	TwTlsGoWrret    *ebpf.Program `ebpf:"tw_tls_go_wrret"`
 	TwTlsRd         *ebpf.Program `ebpf:"tw_tls_rd"`
 	TwTlsRdRet      *ebpf.Program `ebpf:"tw_tls_rd_ret"`
 	TwTlsRdex       *ebpf.Program `ebpf:"tw_tls_rdex"`
@@ -665,7 +662,6 @@ func (p *StreamPrograms) Close() error {
 		p.TwTlsGoRd,
 		p.TwTlsGoRdret,
 		p.TwTlsGoWr,
-		p.TwTlsGoWrret,
 		p.TwTlsRd,
 		p.TwTlsRdRet,
 		p.TwTlsRdex,

@@ -70,7 +70,6 @@ type tlsObjects struct {
 	GoRead     *ebpf.Program `ebpf:"tw_tls_go_rd"`
 	GoReadRet  *ebpf.Program `ebpf:"tw_tls_go_rdret"`
 	GoWrite    *ebpf.Program `ebpf:"tw_tls_go_wr"`
-	GoWriteRet *ebpf.Program `ebpf:"tw_tls_go_wrret"`
 }
 
 // startTLS starts the manager that attaches the uprobe programs, which
@@ -121,12 +120,12 @@ func (t *Tracer) loadTLS(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, m
 	}
 	t.tls.mu.Lock()
 	t.tls.progs = []*ebpf.Program{objs.Read, objs.ReadEx, objs.ReadRet, objs.Write, objs.WriteEx, objs.WriteRet,
-		objs.GoRead, objs.GoReadRet, objs.GoWrite, objs.GoWriteRet}
+		objs.GoRead, objs.GoReadRet, objs.GoWrite}
 	t.tls.mu.Unlock()
 	return &tlsprobe.Programs{
 		Read: objs.Read, ReadEx: objs.ReadEx, ReadRet: objs.ReadRet,
 		Write: objs.Write, WriteEx: objs.WriteEx, WriteRet: objs.WriteRet,
-		GoRead: objs.GoRead, GoReadRet: objs.GoReadRet, GoWrite: objs.GoWrite, GoWriteRet: objs.GoWriteRet,
+		GoRead: objs.GoRead, GoReadRet: objs.GoReadRet, GoWrite: objs.GoWrite,
 	}, nil
 }
 

@@ -15,15 +15,15 @@ type Programs struct {
 	// The OpenSSL API: SSL_read, SSL_read_ex and their return; SSL_write,
 	// SSL_write_ex and their return.
 	Read, ReadEx, ReadRet, Write, WriteEx, WriteRet *ebpf.Program
-	// Go crypto/tls: (*Conn).Read and (*Conn).Write, entry and RETs.
-	GoRead, GoReadRet, GoWrite, GoWriteRet *ebpf.Program
+	// Go crypto/tls: (*Conn).Read, entry and RETs; (*Conn).Write, entry.
+	GoRead, GoReadRet, GoWrite *ebpf.Program
 }
 
 func (p *Programs) of(r role) *ebpf.Program {
 	return [numRoles]*ebpf.Program{
 		roleRead: p.Read, roleReadEx: p.ReadEx, roleReadRet: p.ReadRet,
 		roleWrite: p.Write, roleWriteEx: p.WriteEx, roleWriteRet: p.WriteRet,
-		roleGoRead: p.GoRead, roleGoReadRet: p.GoReadRet, roleGoWrite: p.GoWrite, roleGoWriteRet: p.GoWriteRet,
+		roleGoRead: p.GoRead, roleGoReadRet: p.GoReadRet, roleGoWrite: p.GoWrite,
 	}[r]
 }
 

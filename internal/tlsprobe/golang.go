@@ -23,7 +23,9 @@ const (
 var errNotGo = errors.New("not a Go program")
 
 // goPlan finds crypto/tls's Read and Write in a Go executable and where to
-// probe them: their entries and every RET instruction. It returns
+// probe them: their entries, and every RET instruction of Read (a read's
+// plaintext is there only when it returns; a write's socket write ends
+// it, bpf/stream_tls.h's go_write_sent). It returns
 // errNotGo for a file that is no Go program, and (nil, nil) for one that
 // has no crypto/tls.
 func goPlan(r io.ReaderAt, f *elf.File) (*plan, error) {
@@ -50,21 +52,25 @@ func goPlan(r io.ReaderAt, f *elf.File) (*plan, error) {
 	}
 	p := &plan{lib: LibGo, version: bi.GoVersion}
 	for _, x := range []struct {
-		name       string
-		entry, ret role
-	}{{goRead, roleGoRead, roleGoReadRet}, {goWrite, roleGoWrite, roleGoWriteRet}} {
+		name  string
+		entry role
+		ret   bool
+	}{{goRead, roleGoRead, true}, {goWrite, roleGoWrite, false}} {
 		fn := fns[x.name]
 		b, err := code(f, fn)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", x.name, err)
 		}
+		p.points = append(p.points, point{role: x.entry, offset: fn.Offset + entryOffset(b)})
+		if !x.ret {
+			continue
+		}
 		rets, err := retOffsets(b)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", x.name, err)
 		}
-		p.points = append(p.points, point{role: x.entry, offset: fn.Offset + entryOffset(b)})
 		for _, r := range rets {
-			p.points = append(p.points, point{role: x.ret, offset: fn.Offset + r})
+			p.points = append(p.points, point{role: roleGoReadRet, offset: fn.Offset + r})
 		}
 	}
 	return p, nil

@@ -33,8 +33,7 @@ const (
 	roleWriteRet
 	roleGoRead // (*Conn).Read entry
 	roleGoReadRet
-	roleGoWrite
-	roleGoWriteRet
+	roleGoWrite // (*Conn).Write entry: the socket write inside the call ends it
 	numRoles
 )
 
