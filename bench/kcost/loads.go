@@ -91,6 +91,8 @@ func startLoads(tmp string) ([]*load, error) {
 			if cert, err = teststack.NewTLSCert(tmp); err == nil {
 				l, err = sparseLoad(tmp, cert)
 			}
+		case "gotls":
+			l, err = goTLSLoad(tmp)
 		default:
 			err = fmt.Errorf("-loads: unknown load %q", name)
 		}

@@ -22,7 +22,10 @@
 //     with the server process's CPU time beside the programs' (a uprobe's
 //     trap is not in bpf stats); and as a bystander (mode bystander: the
 //     shared libssl probed system-wide, the server's port not watched, so
-//     its calls trap into uprobes that do not read them).
+//     its calls trap into uprobes that do not read them);
+//   - gotls: the dense load's Go server over TLS in a child process (the
+//     serve-tls subcommand), Go clients on keep-alive connections,
+//     measured with the TLS uprobes on its crypto/tls and without them.
 //
 // Per program it writes run count and run time (kernel bpf stats, turned
 // on through a BPF_ENABLE_STATS descriptor: off again when this process
@@ -62,13 +65,16 @@ var (
 	sparseStreams  = flag.Int("sparse-streams", 8, "sparse: concurrent SDK-client loops")
 	sparseChunks   = flag.Int("sparse-chunks", 40, "sparse: events per stream")
 	sparseIntv     = flag.Duration("sparse-interval", 100*time.Millisecond, "sparse: time between events")
+	goTLSStreams   = flag.Int("gotls-streams", 20, "gotls: concurrent client loops, one keep-alive connection each")
+	goTLSChunks    = flag.Int("gotls-chunks", 100, "gotls: events per stream")
+	goTLSIntv      = flag.Duration("gotls-interval", 10*time.Millisecond, "gotls: time between events")
 	idle           = flag.Duration("idle", 2*time.Second, "idle window before and after each load (the host's background runs)")
-	loadsFlag      = flag.String("loads", "dense,sparse,tls", "loads to run")
+	loadsFlag      = flag.String("loads", "dense,sparse,tls,gotls", "loads to run")
 	modesFlag      = flag.String("modes", "", "modes to run (comma-separated); empty: every mode of each load")
 	outDir         = flag.String("outdir", "bench/results", "where kcost.csv goes")
 )
 
-func main() { benchutil.Main("kcost", run, nil) }
+func main() { benchutil.Main("kcost", run, map[string]func([]string) error{"serve-tls": serveTLS}) }
 
 // sample is one program's runs over one load.
 type sample struct {

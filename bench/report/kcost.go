@@ -174,7 +174,9 @@ func kcostSection(d *doc) error {
 	}
 	writeParts(d, data)
 	detailsCost(d, data)
-	tlsCost(d, data, meta.Params["tls"])
+	for _, tl := range tlsLoads {
+		tlsCost(d, data, tl, meta.Params[tl.load])
+	}
 	if err := trapCost(d); err != nil {
 		return err
 	}

@@ -36,19 +36,36 @@ func tlsCalls(r kround) float64 {
 // microseconds.
 func serverUsPerChunk(r kround) float64 { return r.serverCPU / r.chunks * 1e6 }
 
-// tlsCost compares the TLS load with the uprobes (mode tokenwire), without
+// tlsLoad is how the report names a TLS load of kcost and its modes.
+type tlsLoad struct {
+	load, title, modes, label string
+}
+
+// tlsLoads are kcost's TLS loads: Python's ssl module on libssl (the
+// OpenSSL API's probes, and a bystander of system-wide ones), and a Go
+// server's crypto/tls.
+var tlsLoads = []tlsLoad{
+	{"tls", "TLS: the uprobes on the server's TLS library",
+		"Modes: the default collector, whose uprobes read the plaintext (mode `tls`); the same collector with `streams.tls.enabled: false` (no uprobe; streams timed from TLS record headers, mode `opaque`); the empty programs; and a bystander: the shared libssl probed for every process (`streams.tls.system_wide`) while the server's port is not watched, so that its calls trap into uprobes that do not read them. ",
+		"TLS uprobes"},
+	{"gotls", "TLS in a Go server: the uprobes on crypto/tls",
+		"Modes: the default collector, whose uprobes on `(*Conn).Read` and `(*Conn).Write` read the plaintext, and the same collector with `streams.tls.enabled: false` (no uprobe; streams timed from TLS record headers). A write call has its entry probe only, on the stack check's jump, which the kernel emulates; a read call also has one on each `RET`, which it single-steps. ",
+		"Go TLS uprobes"},
+}
+
+// tlsCost compares a TLS load with the uprobes (mode tokenwire), without
 // them (notls: the same collector timing TLS from record headers) and with
 // the empty programs: what the uprobes cost per call and per chunk in BPF
 // time, and in the server's own CPU, which also pays each uprobe's trap
 // into the kernel (not in bpf stats).
-func tlsCost(d *doc, data map[[2]string][]kround, describe string) {
-	tw, no, fl := data[[2]string{"tls", "tokenwire"}], data[[2]string{"tls", "notls"}], data[[2]string{"tls", "floor"}]
-	by := data[[2]string{"tls", "bystander"}]
+func tlsCost(d *doc, data map[[2]string][]kround, tl tlsLoad, describe string) {
+	tw, no, fl := data[[2]string{tl.load, "tokenwire"}], data[[2]string{tl.load, "notls"}], data[[2]string{tl.load, "floor"}]
+	by := data[[2]string{tl.load, "bystander"}]
 	if len(tw) == 0 || len(no) == 0 {
 		return
 	}
-	d.p("### TLS: the uprobes on the server's TLS library\n\n")
-	d.p("Load: %s. Modes: the default collector, whose uprobes read the plaintext (mode `tls`); the same collector with `streams.tls.enabled: false` (no uprobe; streams timed from TLS record headers, mode `opaque`); the empty programs; and a bystander: the shared libssl probed for every process (`streams.tls.system_wide`) while the server's port is not watched, so that its calls trap into uprobes that do not read them. ", describe)
+	d.p("### %s\n\n", tl.title)
+	d.p("Load: %s. %s", describe, tl.modes)
 	d.p("BPF figures are net of the idle windows; the server's CPU is its process's user+system time over the load, which includes each uprobe's trap into the kernel and back.\n\n")
 	d.p("| mode | chunks per round | TLS calls per chunk | uprobe programs: ns per call | all programs: ns per chunk | server CPU: µs per chunk |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, m := range []struct {
@@ -71,8 +88,8 @@ func tlsCost(d *doc, data map[[2]string][]kround, describe string) {
 	rel := byRound(tw, no, func(x, y kround) float64 { return serverUsPerChunk(x)/serverUsPerChunk(y) - 1 })
 	d.p("\nPaired by round, the uprobes against no uprobes: BPF time %s ns per chunk; the server's CPU %s µs per chunk (%s of its CPU per chunk without them).\n\n",
 		bpfAdded.f(0), cpuAdded.f(1), rel.pct())
-	d.target("TLS uprobes: added BPF time per chunk (computed, no target)", bpfAdded.f(0)+" ns", "computed, no target", "1")
-	d.target("TLS uprobes: added server CPU per chunk, traps included (computed, no target)", cpuAdded.f(1)+" µs ("+rel.pct()+")", "computed, no target", "1")
+	d.target(tl.label+": added BPF time per chunk (computed, no target)", bpfAdded.f(0)+" ns", "computed, no target", "1")
+	d.target(tl.label+": added server CPU per chunk, traps included (computed, no target)", cpuAdded.f(1)+" µs ("+rel.pct()+")", "computed, no target", "1")
 	if len(by) == 0 {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -185,4 +186,22 @@ func ServeHTTPS(tb testing.TB, cert *TLSCert, h http.Handler) *HTTPServer {
 	}
 	tb.Cleanup(func() { s.Close() })
 	return s
+}
+
+// LoadTLSCert reads a certificate that NewTLSCert wrote (another process
+// made it: a server child and its parent's clients share it).
+func LoadTLSCert(certFile, keyFile string) (*TLSCert, error) {
+	c := &TLSCert{CertFile: certFile, KeyFile: keyFile}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	if c.Cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		return nil, err
+	}
+	c.Pool = x509.NewCertPool()
+	if !c.Pool.AppendCertsFromPEM(certPEM) {
+		return nil, fmt.Errorf("%s: no certificate", certFile)
+	}
+	return c, nil
 }
