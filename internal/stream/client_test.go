@@ -30,7 +30,9 @@ func TestClientCallIsMeasured(t *testing.T) {
 	bpftest.Require(t)
 	teststack.RequireTool(t, "curl")
 	const events = 8
-	srv := &teststack.SSEServer{Think: 60 * time.Millisecond, Interval: 15 * time.Millisecond, Events: events,
+	// A client's chunk is a read: events closer together than curl may be
+	// descheduled on a loaded machine are read two at a time.
+	srv := &teststack.SSEServer{Think: 60 * time.Millisecond, Interval: 50 * time.Millisecond, Events: events,
 		Done: teststack.DoneWithEnd}
 	addr, port := serve(t, srv)
 	other, _ := serve(t, &teststack.SSEServer{Interval: time.Millisecond, Events: 3, Done: teststack.DoneWithEnd})
