@@ -61,15 +61,15 @@ func (s *tlsState) setErr(err error) {
 
 // tlsObjects are the uprobe programs of the collection, loaded together.
 type tlsObjects struct {
-	Read       *ebpf.Program `ebpf:"tw_tls_rd"`
-	ReadEx     *ebpf.Program `ebpf:"tw_tls_rdex"`
-	ReadRet    *ebpf.Program `ebpf:"tw_tls_rd_ret"`
-	Write      *ebpf.Program `ebpf:"tw_tls_wr"`
-	WriteEx    *ebpf.Program `ebpf:"tw_tls_wrex"`
-	WriteRet   *ebpf.Program `ebpf:"tw_tls_wr_ret"`
-	GoRead     *ebpf.Program `ebpf:"tw_tls_go_rd"`
-	GoReadRet  *ebpf.Program `ebpf:"tw_tls_go_rdret"`
-	GoWrite    *ebpf.Program `ebpf:"tw_tls_go_wr"`
+	Read      *ebpf.Program `ebpf:"tw_tls_rd"`
+	ReadEx    *ebpf.Program `ebpf:"tw_tls_rdex"`
+	ReadRet   *ebpf.Program `ebpf:"tw_tls_rd_ret"`
+	Write     *ebpf.Program `ebpf:"tw_tls_wr"`
+	WriteEx   *ebpf.Program `ebpf:"tw_tls_wrex"`
+	WriteRet  *ebpf.Program `ebpf:"tw_tls_wr_ret"`
+	GoRead    *ebpf.Program `ebpf:"tw_tls_go_rd"`
+	GoReadRet *ebpf.Program `ebpf:"tw_tls_go_rdret"`
+	GoWrite   *ebpf.Program `ebpf:"tw_tls_go_wr"`
 }
 
 // startTLS starts the manager that attaches the uprobe programs, which

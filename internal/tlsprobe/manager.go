@@ -93,10 +93,24 @@ type Manager struct {
 	procs    map[uint32]*process
 	failures map[Failure]uint64
 	kinds    map[Kind]bool
-	seen     map[uint32]uint64 // pid -> start time: looked into already
+	seen     map[uint32]sighting // processes looked into already
 	reported map[string]bool
 	wide     []systemWide      // Config.SystemWide's files
 	covered  map[inode]Library // those of them probed
+}
+
+// lateTLSWindow is how long a listener in which a scan found no TLS library
+// is looked at again, at each scan: a server may listen before it loads
+// its TLS library (a Python server imports ssl when it builds its
+// context), or a scan may look while its libraries are being mapped.
+// After it, a plaintext server costs the scan nothing but its descriptors,
+// and one that turns to TLS later is found by its first TLS connection.
+const lateTLSWindow = time.Minute
+
+// sighting is a process the Manager has looked into.
+type sighting struct {
+	start uint64    // its start time: a later process with its pid is another
+	until time.Time // until when a listener with no TLS library is looked at again
 }
 
 // process is a process with TLS on a watched port.
@@ -116,7 +130,7 @@ func Start(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, ports: map[uint16]bool{}, discover: make(chan uint32, 64),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		procs: map[uint32]*process{}, seen: map[uint32]uint64{}, reported: map[string]bool{},
+		procs: map[uint32]*process{}, seen: map[uint32]sighting{}, reported: map[string]bool{},
 		failures: map[Failure]uint64{}, kinds: map[Kind]bool{}, covered: map[inode]Library{},
 	}
 	if cfg.Kinds == nil {
@@ -179,13 +193,14 @@ func (m *Manager) scan() error {
 			delete(m.seen, pid)
 		}
 	}
+	now := time.Now()
 	found, err := listeners(m.ports, func(pid uint32) bool {
-		start, ok := m.seen[pid]
-		if !ok {
+		s, ok := m.seen[pid]
+		if !ok || (m.procs[pid] == nil && now.Before(s.until)) {
 			return false
 		}
-		now, err := startTime(pid)
-		return err == nil && now == start
+		start, err := startTime(pid)
+		return err == nil && start == s.start
 	})
 	for _, pid := range found {
 		m.probe(pid, false)
@@ -211,7 +226,9 @@ func (m *Manager) probe(pid uint32, discovered bool) {
 		}
 		return
 	}
-	m.seen[pid] = start
+	if s, ok := m.seen[pid]; !ok || s.start != start {
+		m.seen[pid] = sighting{start: start, until: time.Now().Add(lateTLSWindow)}
+	}
 	if p := m.procs[pid]; p != nil && p.start == start {
 		m.mark(pid, p) // the kernel forgot it (LRU): say again
 		return
@@ -229,7 +246,7 @@ func (m *Manager) probe(pid uint32, discovered bool) {
 	}
 	if len(p.targets) == 0 {
 		if !discovered {
-			return // a plaintext server
+			return // a plaintext server, or one yet to load its TLS library
 		}
 		p.targets = append(p.targets, Target{PID: pid, Path: exePath(pid), Library: LibUnknown, Err: errNoTLS, Reason: ReasonNoLibrary})
 	}

@@ -1,10 +1,13 @@
 package tlsprobe
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // sleeper starts a process with no TLS library in it.
@@ -27,8 +31,8 @@ func sleeper(t *testing.T) uint32 {
 	return uint32(cmd.Process.Pid)
 }
 
-// startManager starts a Manager on a port nobody serves, with a process
-// map of its own, recording what it reports.
+// startManager starts a Manager on cfg.Ports (a port nobody serves when
+// none), with a process map of its own, recording what it reports.
 func startManager(t *testing.T, cfg Config) (*Manager, *ebpf.Map, func() []Target) {
 	t.Helper()
 	procs, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 64})
@@ -38,7 +42,10 @@ func startManager(t *testing.T, cfg Config) (*Manager, *ebpf.Map, func() []Targe
 	t.Cleanup(func() { procs.Close() })
 	var mu sync.Mutex
 	var reports []Target
-	cfg.Ports, cfg.ScanInterval, cfg.Procs = []uint16{1}, time.Hour, procs
+	if cfg.Ports == nil {
+		cfg.Ports = []uint16{1}
+	}
+	cfg.ScanInterval, cfg.Procs = time.Hour, procs
 	cfg.Programs = func() (*Programs, error) { return nil, errors.New("no programs in this test") }
 	cfg.Report = func(tg Target) { mu.Lock(); reports = append(reports, tg); mu.Unlock() }
 	m, err := Start(cfg)
@@ -218,5 +225,99 @@ func TestSystemWideFailureIsReported(t *testing.T) {
 	}
 	if got := m.Failures(); got[Failure{ReasonAccess, LibUnknown}] != 1 || got[Failure{ReasonNoLibrary, LibUnknown}] != 1 {
 		t.Errorf("failures %v", got)
+	}
+}
+
+// lateTLSServer starts a Python process that listens on a port and, when
+// told, imports ssl (mapping the shared libssl), as a server that listens
+// before it builds its TLS context does. It returns its pid, its port and
+// the function that tells it.
+func lateTLSServer(t *testing.T) (pid uint32, port uint16, loadTLS func()) {
+	t.Helper()
+	teststack.RequireSharedLibSSL(t)
+	python := teststack.RequireTool(t, "python3")
+	const script = `import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+sys.stdin.readline()
+import ssl
+print("ssl", flush=True)
+sys.stdin.readline()
+`
+	cmd := exec.Command(python, "-S", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	line := func() string {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("python: no output (%v)", lines.Err())
+		}
+		return lines.Text()
+	}
+	n, err := strconv.ParseUint(line(), 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(cmd.Process.Pid), uint16(n), func() {
+		t.Helper()
+		if _, err := io.WriteString(stdin, "\n"); err != nil {
+			t.Fatal(err)
+		}
+		if l := line(); l != "ssl" {
+			t.Fatalf("python: %q, want ssl", l)
+		}
+	}
+}
+
+// A listener in which the scan found no TLS library is looked at again by
+// the scans of lateTLSWindow: one that maps libssl after it listens is
+// then found by the next scan. Past the window it is not looked at again.
+func TestListenerThatLoadsTLSLateIsFound(t *testing.T) {
+	bpftest.Require(t)
+	for _, late := range []bool{true, false} {
+		pid, port, loadTLS := lateTLSServer(t)
+		m, _, _ := startManager(t, Config{Ports: []uint16{port}, Kinds: []Kind{KindLibSSL}})
+		// Start's scan has looked at it; the Manager's own scans are an
+		// hour apart and nothing calls Discover: the scans below are the
+		// only others.
+		if tgs := m.Targets(); len(tgs) != 0 {
+			t.Fatalf("targets %+v before libssl is mapped, want none", tgs)
+		}
+		if !late {
+			s := m.seen[pid] // as if the window had passed
+			s.until = time.Now()
+			m.seen[pid] = s
+		}
+		if err := m.scan(); err != nil {
+			t.Fatal(err)
+		}
+		loadTLS()
+		if err := m.scan(); err != nil {
+			t.Fatal(err)
+		}
+		tgs := m.Targets()
+		if !late {
+			if len(tgs) != 0 {
+				t.Errorf("past the window: targets %+v, want none", tgs)
+			}
+			continue
+		}
+		// The test's Programs fail to load: the library is found, not probed.
+		if len(tgs) != 1 || tgs[0].PID != pid || tgs[0].Library != LibOpenSSL || tgs[0].Reason != ReasonLoad {
+			t.Errorf("targets %+v, want pid %d's libssl (not loaded: this test has no programs)", tgs, pid)
+		}
 	}
 }
