@@ -61,7 +61,7 @@ func clientSpans(t *testing.T, traces interface{ AllTraces() []ptrace.Traces }) 
 func TestGoClientCalls(t *testing.T) {
 	bpftest.Require(t)
 	const think, calls, events = 40 * time.Millisecond, 3, 6
-	srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+	srv := teststack.ServeHTTP(t, sseServer(think, clientEventInterval, events))
 	cfg := clientsConfig(srv.Port)
 	cfg.Streams.Clients.Pids = []int{os.Getpid()}
 	s := startTLSReceiver(t, cfg)
@@ -121,7 +121,7 @@ func TestCurlClientCallsAndSelection(t *testing.T) {
 	bpftest.Require(t)
 	teststack.RequireTool(t, "curl")
 	const think, events = 30 * time.Millisecond, 5
-	srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+	srv := teststack.ServeHTTP(t, sseServer(think, clientEventInterval, events))
 	other := teststack.ServeHTTP(t, sseServer(0, time.Millisecond, 2))
 	cfg := clientsConfig(srv.Port)
 	cfg.Streams.Clients.ProcessNames = []string{"curl"}
@@ -186,7 +186,7 @@ func TestScriptClientCalls(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			c.require(t)
 			const think, calls, events = 40 * time.Millisecond, 3, 6
-			srv := teststack.ServeHTTP(t, sseServer(think, 15*time.Millisecond, events))
+			srv := teststack.ServeHTTP(t, sseServer(think, clientEventInterval, events))
 			cfg := clientsConfig(srv.Port)
 			cfg.Streams.Clients.ProcessNames = []string{c.comm}
 			s := startTLSReceiver(t, cfg)

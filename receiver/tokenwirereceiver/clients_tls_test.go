@@ -50,7 +50,7 @@ func probeSelf(t *testing.T, s *tlsReceiver, addr string, cert *teststack.TLSCer
 func TestGoTLSClientCalls(t *testing.T) {
 	bpftest.Require(t)
 	cert := teststack.MakeTLSCert(t)
-	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, guestClientInterval, tlsEvents))
+	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 	cfg := tlsClientsConfig(srv.Port)
 	cfg.Streams.Clients.Pids = []int{os.Getpid()}
 	s := startTLSReceiver(t, cfg)
@@ -119,7 +119,7 @@ func TestScriptTLSClientCalls(t *testing.T) {
 			t.Run(c.name+"/"+how, func(t *testing.T) {
 				c.require(t)
 				cert := teststack.MakeTLSCert(t)
-				srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+				srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 				cfg := tlsClientsConfig(srv.Port)
 				cfg.Streams.Clients.ProcessNames = []string{c.comm}
 				cfg.Streams.Clients.Pids = []int{os.Getpid()}
@@ -181,7 +181,7 @@ func TestNodeTLSFirstCallOfALongRequest(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cert := teststack.MakeTLSCert(t)
-			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 			cfg := tlsClientsConfig(srv.Port)
 			cfg.Streams.Clients.ProcessNames = []string{"node"}
 			cfg.Streams.Clients.Pids = []int{os.Getpid()}
@@ -229,7 +229,7 @@ func TestOneShotTLSClientIsRead(t *testing.T) {
 	teststack.RequireTool(t, "curl")
 	lib := teststack.RequireSharedLibSSL(t)
 	cert := teststack.MakeTLSCert(t)
-	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+	srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 	cfg := tlsClientsConfig(srv.Port)
 	cfg.Streams.Clients.ProcessNames = []string{"curl"}
 	cfg.Streams.TLS.SystemWide = []string{lib}
@@ -300,7 +300,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 	t.Run("python/excluded", func(t *testing.T) {
 		teststack.RequireTool(t, "python3")
 		cert := teststack.MakeTLSCert(t)
-		srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+		srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 		cfg := tlsClientsConfig(srv.Port)
 		cfg.Streams.TLS.Libraries = []string{"go"}
 		cfg.Streams.Clients.ProcessNames = []string{"python3"}
@@ -326,7 +326,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		tlsOn := c.tlsOn
 		t.Run(c.name, func(t *testing.T) {
 			cert := teststack.MakeTLSCert(t)
-			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, guestClientInterval, tlsEvents))
+			srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 			cfg := tlsClientsConfig(srv.Port)
 			cfg.Streams.TLS.Enabled = tlsOn
 			cfg.Streams.TLS.Libraries = []string{"libssl"}
@@ -369,7 +369,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 	t.Run("curl/tls off", func(t *testing.T) {
 		teststack.RequireTool(t, "curl")
 		cert := teststack.MakeTLSCert(t)
-		srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, tlsInterval, tlsEvents))
+		srv := teststack.ServeHTTPS(t, cert, sseServer(tlsThink, clientEventInterval, tlsEvents))
 		cfg := clientsConfig(srv.Port)
 		cfg.Streams.Clients.ProcessNames = []string{"curl"}
 		s := startTLSReceiver(t, cfg)
@@ -399,7 +399,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 			teststack.RequireStack(t, teststack.StackNodeHTTP)
 			cert := teststack.MakeTLSCert(t)
 			srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: tlsEvents, Think: tlsThink,
-				Interval: tlsInterval, TLS: cert})
+				Interval: clientEventInterval, TLS: cert})
 			cfg := clientsConfig(srv.Port)
 			cfg.Streams.Clients.ProcessNames = []string{c.comm}
 			s := startTLSReceiver(t, cfg)
@@ -440,10 +440,12 @@ func opaqueScriptCalls(t *testing.T, s *tlsReceiver, run func(ctx context.Contex
 	return res, spans
 }
 
-// guestClientInterval spaces the events of the Go client calls that run
-// in the kernel guests too: a client's chunk is a read, and emulated
-// guests on a loaded machine read events 10 ms apart two at a time.
-const guestClientInterval = 50 * time.Millisecond
+// clientEventInterval spaces the events of the servers the client tests
+// call: a client's chunk is a read, and a client descheduled for longer
+// than the interval reads two events at once (on a loaded machine,
+// natively as in emulated guests, events 10 or 15 ms apart were read two
+// at a time).
+const clientEventInterval = 50 * time.Millisecond
 
 // checkOpaqueClientCalls checks the spans of calls to the Go SSE server
 // at address (the server name the clients asked for, else its IP) and
