@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"strings"
 	"time"
 )
 
@@ -18,6 +19,33 @@ type CurlResult struct {
 	// TTFB is curl's time_starttransfer: from the start to the first
 	// response byte; Total its time_total.
 	TTFB, Total time.Duration
+	// EventNS is when curl wrote out each SSE data line but [DONE]
+	// (MonotonicNow): curl -N writes what each read brought at once.
+	EventNS []uint64
+}
+
+// eventStamps is curl's stdout: it keeps the body and stamps each SSE
+// data line as the write that completes it comes.
+type eventStamps struct {
+	body    bytes.Buffer
+	line    []byte
+	eventNS []uint64
+}
+
+func (e *eventStamps) Write(p []byte) (int, error) {
+	now := MonotonicNow()
+	e.body.Write(p)
+	for _, c := range p {
+		if c != '\n' {
+			e.line = append(e.line, c)
+			continue
+		}
+		if l := string(bytes.TrimSpace(e.line)); strings.HasPrefix(l, "data:") && l != "data: [DONE]" {
+			e.eventNS = append(e.eventNS, now)
+		}
+		e.line = e.line[:0]
+	}
+	return len(p), nil
 }
 
 // Curl POSTs body as JSON to url with curl (unbuffered, as a user tails a
@@ -49,10 +77,11 @@ func CurlWith(ctx context.Context, opts CurlOptions, url, body string) (CurlResu
 		args = append(args, "--cacert", opts.CACert, "--http1.1")
 	}
 	cmd := exec.CommandContext(ctx, "curl", append(args, url)...)
-	var stdout, stderr bytes.Buffer
+	var stdout eventStamps
+	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	res := CurlResult{Body: stdout.Bytes()}
+	res := CurlResult{Body: stdout.body.Bytes(), EventNS: stdout.eventNS}
 	if err != nil {
 		return res, fmt.Errorf("curl %s: %v: %s", url, err, stderr.String())
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 	"github.com/tokenwire/tokenwire/internal/tlsprobe"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -127,10 +128,11 @@ func (s *tlsReceiver) telemetryPoints(t *testing.T, name string) map[string]int6
 // reading): no kernel TTFT of it can be longer than between the two.
 type tlsRun struct {
 	sent, firstEvent time.Time
+	eventNS          []uint64 // when each event but [DONE] arrived (teststack.MonotonicNow)
 }
 
 // chat sends one streamed chat request with client and reads the response
-// to its end, noting when the first SSE event arrived.
+// to its end, noting when each SSE event arrived.
 func chat(t *testing.T, client *http.Client, url string) tlsRun {
 	t.Helper()
 	req, err := http.NewRequest("POST", url+"/v1/chat/completions", bytes.NewBufferString(`{"model":"llama-3-8b","stream":true}`))
@@ -143,8 +145,14 @@ func chat(t *testing.T, client *http.Client, url string) tlsRun {
 	require.Equal(t, 200, resp.StatusCode)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if run.firstEvent.IsZero() && strings.HasPrefix(sc.Text(), "data:") {
+		if !strings.HasPrefix(sc.Text(), "data:") {
+			continue
+		}
+		if run.firstEvent.IsZero() {
 			run.firstEvent = time.Now()
+		}
+		if sc.Text() != "data: [DONE]" {
+			run.eventNS = append(run.eventNS, teststack.MonotonicNow())
 		}
 	}
 	require.NoError(t, sc.Err())
