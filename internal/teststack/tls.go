@@ -196,8 +196,12 @@ func LoadTLSCert(certFile, keyFile string) (*TLSCert, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Cert, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
 		return nil, err
+	}
+	if c.Cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
 	}
 	c.Pool = x509.NewCertPool()
 	if !c.Pool.AppendCertsFromPEM(certPEM) {
