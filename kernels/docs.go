@@ -295,6 +295,9 @@ _build/bin/kernels -render kernels/results/matrix.json            # the docs aga
 - Tests that need iproute2 network namespaces, veth pairs or setpriv cannot run under busybox: the guests leave
   them out and say so in the matrix; the native row runs them.
 - A guest whose kernel panics before /init (it has run nothing of the plan; 6.12 under TCG rarely does) is booted once
-  more; the matrix lists the failed boot and keeps its console log as <kernel>.boot1.log. A panic after /init fails the row.
+  more; the matrix lists the failed boot and keeps its console log as <kernel>.boot1.log. So is one that dies of an int3
+  trap in kernel text that no patch site claims ("Oops: int3": under multi-threaded TCG a vCPU can run a stale
+  translation of a site the kernel patched live, as 6.12 did right after a test closed its perf events): the runs that
+  ended stand, and the second boot runs the rest (kernel parameter twk_skip). Any other panic after /init fails the row.
 - ` + "`-jobs`" + ` sets the guests booted at a time (the Makefile's KERNELS_JOBS), ` + "`-guest-timeout`" + ` bounds each guest.
 `

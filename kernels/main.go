@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 const cacheEnv = "TOKENWIRE_KERNEL_CACHE"
 
 // guestBoots is how many times a guest may be booted when its kernel
-// panics before /init (BootAgain).
+// panics where the code under test has no part (BootAgain).
 const guestBoots = 2
 
 type options struct {
@@ -169,7 +170,7 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 				ConsoleLog: filepath.Join(logs, nativeRow+".log")}
 			fmt.Fprintf(os.Stderr, "kernels: %s: running the plan on %s\n", nativeRow, base.Version)
 			e := RunNative(ctx, stage, nativeScript, o.guestTimeout, base.ConsoleLog, progress(nativeRow))
-			nativeRows = append(nativeRows, BuildRow(base, nativePlan, e, o.guestTimeout))
+			nativeRows = append(nativeRows, BuildRow(base, nativePlan, e, o.guestTimeout, nil))
 		})
 	}
 	guestRows := make([]Row, len(kernels))
@@ -182,13 +183,14 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 			base := Row{Name: k.Name, Distro: k.Distro, Version: k.Version, Mode: "qemu", URL: k.URL, SHA256: k.SHA256,
 				ConsoleLog: filepath.Join(logs, k.Name+".log")}
 			if ctx.Err() != nil {
-				guestRows[i] = BuildRow(base, guestPlan, Exec{Err: ctx.Err()}, o.guestTimeout)
+				guestRows[i] = BuildRow(base, guestPlan, Exec{Err: ctx.Err()}, o.guestTimeout, nil)
 				return
 			}
 			fmt.Fprintf(os.Stderr, "kernels: %s: booting %s\n", k.Name, filepath.Base(k.Vmlinuz))
-			e := BootGuest(ctx, k, initrd, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+			e := BootGuest(ctx, k, initrd, nil, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+			kept := map[string]*RunOutput{}
 			for boot := 1; boot < guestBoots && ctx.Err() == nil; boot++ {
-				why, again := BootAgain(e)
+				why, ended, again := BootAgain(e)
 				if !again {
 					break
 				}
@@ -196,11 +198,15 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 				if err := os.Rename(base.ConsoleLog, failed); err != nil {
 					failed = base.ConsoleLog + " (overwritten: " + err.Error() + ")"
 				}
-				base.Reboots = append(base.Reboots, Reboot{Problem: why, Seconds: e.Wall.Seconds(), ConsoleLog: failed})
-				fmt.Fprintf(os.Stderr, "kernels: %s: panicked before /init (%s); booting it again\n", k.Name, why)
-				e = BootGuest(ctx, k, initrd, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+				base.Reboots = append(base.Reboots, Reboot{Problem: why, Seconds: e.Wall.Seconds(), ConsoleLog: failed, Kept: ended})
+				runs := ParseSession(e.Lines).Runs
+				for _, id := range ended {
+					kept[id] = runs[id]
+				}
+				fmt.Fprintf(os.Stderr, "kernels: %s: panicked (%s); booting it again, %d runs kept\n", k.Name, why, len(ended))
+				e = BootGuest(ctx, k, initrd, slices.Sorted(maps.Keys(kept)), o.guestTimeout, base.ConsoleLog, progress(k.Name))
 			}
-			guestRows[i] = BuildRow(base, guestPlan, e, o.guestTimeout)
+			guestRows[i] = BuildRow(base, guestPlan, e, o.guestTimeout, kept)
 		})
 	}
 	wg.Wait()

@@ -51,11 +51,15 @@ func (m *Matrix) Markdown() string {
 	var reboots []string
 	for _, r := range m.Rows {
 		for _, rb := range r.Reboots {
-			reboots = append(reboots, fmt.Sprintf("- %s: `%s` after %.1f s, before /init (console log `%s`); booted again\n", r.Name, rb.Problem, rb.Seconds, rb.ConsoleLog))
+			when := "before /init"
+			if len(rb.Kept) > 0 {
+				when = fmt.Sprintf("after %d runs had ended (%s), which stand", len(rb.Kept), strings.Join(rb.Kept, ", "))
+			}
+			reboots = append(reboots, fmt.Sprintf("- %s: `%s` after %.1f s, %s (console log `%s`); booted again\n", r.Name, rb.Problem, rb.Seconds, when, rb.ConsoleLog))
 		}
 	}
 	if len(reboots) > 0 {
-		fmt.Fprintf(&b, "Boots repeated: a guest kernel that panics before /init has run nothing of the plan, so it is booted again, up to %d boots in all (kernels/row.go, BootAgain). The table and the matrix are the last boot's.\n\n%s\n", guestBoots, strings.Join(reboots, ""))
+		fmt.Fprintf(&b, "Boots repeated: a guest kernel that panics before /init has run nothing of the plan, and one that dies of an int3 trap in kernel text no patch site claims (`%s`: TCG running a stale translation of a site the kernel patched live) has run part of it; either is booted again, up to %d boots in all, the second running the runs the first did not end (kernels/row.go, BootAgain). The table and the matrix are the last boot's, with the runs the earlier boot ended.\n\n%s\n", int3Oops, guestBoots, strings.Join(reboots, ""))
 	}
 
 	b.WriteString("## Matrix\n\n")

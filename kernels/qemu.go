@@ -20,13 +20,22 @@ var qemuArgs = []string{
 // makes a panic end the guest at once (panic=-1 reboots, -no-reboot exits).
 const kernelCmdline = "console=ttyS0 panic=-1 quiet loglevel=3"
 
+// skipParam is the kernel parameter that lists the runs the guest's plan
+// skips (run ids, comma-separated): /init reads it (InitScript).
+const skipParam = "twk_skip"
+
 // BootGuest boots k with the initramfs under qemu, niced and wrapped in timeout(1)
 // so that a hung guest ends even if this program is killed, and returns
-// the console's lines. limit bounds the whole guest.
-func BootGuest(ctx context.Context, k Kernel, initrd string, limit time.Duration, logPath string, progress func(Line)) Exec {
+// the console's lines. The plan skips the runs in skip (an earlier boot
+// ended them). limit bounds the whole guest.
+func BootGuest(ctx context.Context, k Kernel, initrd string, skip []string, limit time.Duration, logPath string, progress func(Line)) Exec {
 	args := []string{"--kill-after=10", fmt.Sprintf("%d", int(limit.Seconds())), "qemu-system-x86_64"}
 	args = append(args, qemuArgs...)
-	args = append(args, "-kernel", k.Vmlinuz, "-initrd", initrd, "-append", kernelCmdline)
+	cmdline := kernelCmdline
+	if len(skip) > 0 {
+		cmdline += " " + skipParam + "=" + strings.Join(skip, ",")
+	}
+	args = append(args, "-kernel", k.Vmlinuz, "-initrd", initrd, "-append", cmdline)
 	// The context outlives timeout(1) a little: it is the backstop.
 	ctx, cancel := context.WithTimeout(ctx, limit+30*time.Second)
 	defer cancel()

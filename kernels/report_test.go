@@ -53,10 +53,11 @@ func sampleMatrix(t *testing.T) *Matrix {
 	}
 	add("@@twk done")
 	base := Row{Name: "debian12", Distro: "Debian 12 bookworm", Version: "6.1.176-1", Mode: "qemu", URL: "http://example/k.deb", SHA256: strings.Repeat("a", 64),
-		Reboots: []Reboot{{Problem: "Kernel panic - not syncing: Fatal exception in interrupt", Seconds: 21.25, ConsoleLog: "logs/debian12.boot1.log"}}}
-	guest := BuildRow(base, plan, Exec{Lines: lines, Wall: time.Duration(len(lines)) * time.Second, CPU: 5 * time.Second}, time.Hour)
+		Reboots: []Reboot{{Problem: "Kernel panic - not syncing: Fatal exception in interrupt", Seconds: 21.25, ConsoleLog: "logs/debian12.boot1.log"},
+			{Problem: "Oops: int3; Kernel panic", Seconds: 1271.5, ConsoleLog: "logs/debian12.boot2.log", Kept: []string{"default/stream", "default/xdp"}}}}
+	guest := BuildRow(base, plan, Exec{Lines: lines, Wall: time.Duration(len(lines)) * time.Second, CPU: 5 * time.Second}, time.Hour, nil)
 	// A guest that never booted.
-	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: []Line{{Text: "Kernel panic - not syncing: VFS"}}, Wall: time.Second}, time.Hour)
+	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: []Line{{Text: "Kernel panic - not syncing: VFS"}}, Wall: time.Second}, time.Hour, nil)
 	m := &Matrix{Date: "2026-11-30T00:00:00Z", Commit: "abc", Hooks: Hooks(), Capabilities: []string{"stream", "xdp"},
 		Rows: []Row{guest, dead}, Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), Jobs: 2,
 		HookRunOnly: []Only{{Dir: "receiver/tokenwirereceiver", Tests: []string{"TestA", "TestB"}, Reason: "because"}}}
@@ -105,6 +106,7 @@ func TestReport(t *testing.T) {
 		"| kprobe/stream | 8.0 | - |",
 		"The forced-hook runs of receiver/tokenwirereceiver take only TestA, TestB; its other tests run in the default run. Why: because.",
 		"- debian12: `Kernel panic - not syncing: Fatal exception in interrupt` after 21.2 s, before /init (console log `logs/debian12.boot1.log`); booted again",
+		"- debian12: `Oops: int3; Kernel panic` after 1271.5 s, after 2 runs had ended (default/stream, default/xdp), which stand (console log `logs/debian12.boot2.log`); booted again",
 	} {
 		if !strings.Contains(flat, squeeze(want)) {
 			t.Errorf("matrix.md lacks %q:\n%s", want, md)
@@ -130,7 +132,7 @@ func TestReport(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Failed != 8 || len(back.Rows) != 2 || len(back.Rows[0].Runs) != len(guest.Runs) || back.Rows[0].HookMatrix[0].Reason == "" || len(back.Rows[0].Reboots) != 1 {
+	if back.Failed != 8 || len(back.Rows) != 2 || len(back.Rows[0].Runs) != len(guest.Runs) || back.Rows[0].HookMatrix[0].Reason == "" || len(back.Rows[0].Reboots) != 2 || len(back.Rows[0].Reboots[1].Kept) != 2 {
 		t.Errorf("matrix.json does not round-trip: %+v", back)
 	}
 }

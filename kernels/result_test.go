@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,22 +59,32 @@ func TestBootAgain(t *testing.T) {
 		}
 		return e
 	}
+	const oops = "[ 1271.266080] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"
+	const panicked = "[ 1271.275681] Kernel panic - not syncing: Fatal exception in interrupt"
 	for _, tc := range []struct {
 		name  string
 		e     Exec
 		again bool
 		why   string
+		kept  []string
 	}{
-		{"panic before init", lines("Booting from ROM...", "[    6.918271] Kernel panic - not syncing: Fatal exception in interrupt"), true, "Kernel panic - not syncing: Fatal exception in interrupt"},
+		{"panic before init", lines("Booting from ROM...", "[    6.918271] Kernel panic - not syncing: Fatal exception in interrupt"), true, "Kernel panic - not syncing: Fatal exception in interrupt", nil},
 		// A panic once the plan runs may be the code under test's doing.
-		{"panic after init", lines("@@twk boot", "@@twk begin default/stream", "[   40.1] Kernel panic - not syncing: Fatal exception"), false, ""},
-		{"hung before init", lines("Booting from ROM..."), false, ""},
-		{"qemu did not start", Exec{}, false, ""},
+		{"panic after init", lines("@@twk boot", "@@twk begin default/stream", "[   40.1] Kernel panic - not syncing: Fatal exception"), false, "", nil},
+		// An int3 in kernel text no patch site claims is TCG's: the runs
+		// that ended stand, the one it cut short runs again.
+		{"int3 after init", lines("@@twk boot", "@@twk begin default/xdp", "@@twk end default/xdp rc=0", "@@twk begin default/stream", "@@twk end default/stream rc=1",
+			"@@twk begin default/handshake", oops, "RIP: 0010:__schedule+0x411/0xbe0", panicked),
+			true, "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI; Kernel panic - not syncing: Fatal exception in interrupt", []string{"default/stream", "default/xdp"}},
+		{"int3 without a panic", lines("@@twk boot", "@@twk begin default/xdp", oops), false, "", nil},
+		{"int3 after the plan", lines("@@twk boot", "@@twk done", oops, panicked), false, "", nil},
+		{"hung before init", lines("Booting from ROM..."), false, "", nil},
+		{"qemu did not start", Exec{}, false, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			why, again := BootAgain(tc.e)
-			if again != tc.again || why != tc.why {
-				t.Errorf("BootAgain = %q, %v; want %q, %v", why, again, tc.why, tc.again)
+			why, kept, again := BootAgain(tc.e)
+			if again != tc.again || why != tc.why || !slices.Equal(kept, tc.kept) {
+				t.Errorf("BootAgain = %q, %v, %v; want %q, %v, %v", why, kept, again, tc.why, tc.kept, tc.again)
 			}
 		})
 	}

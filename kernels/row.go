@@ -34,35 +34,70 @@ type Row struct {
 	HookMatrix     []HookMatrix `json:"hook_matrix"`
 	KernelWarnings []string     `json:"kernel_warnings,omitempty"`
 	ConsoleLog     string       `json:"console_log"`
-	// Reboots are the boots of this guest that panicked before /init and
-	// were repeated (BootAgain); the row's results are the last boot's.
+	// Reboots are the boots of this guest that panicked and were repeated
+	// (BootAgain); the row's results are the last boot's, and the runs
+	// that ended in a boot the next one resumed.
 	Reboots []Reboot `json:"reboots,omitempty"`
 }
 
-// Reboot is a guest boot that panicked before /init, kept for the report.
+// Reboot is a guest boot that panicked and was repeated, kept for the
+// report.
 type Reboot struct {
 	Problem    string  `json:"problem"`
 	Seconds    float64 `json:"seconds"`
 	ConsoleLog string  `json:"console_log"`
+	// Kept are the runs that ended before the panic: their results stand,
+	// and the next boot ran the rest of the plan.
+	Kept []string `json:"kept,omitempty"`
 }
 
-// BootAgain reports whether a guest's boot should be repeated, and why: it
-// panicked before /init. Under TCG a guest kernel can panic while it boots
-// (6.12 has shown a fatal exception in interrupt a few seconds in), before
-// the initramfs runs anything; such a boot says nothing of the code under
-// test. A guest that booted, hung, or never started is not repeated: the
-// first would hide a failure, the others would only fail again.
-func BootAgain(e Exec) (string, bool) {
+// int3Oops is how the kernel reports an int3 trap in its own text that no
+// patch site claimed.
+const int3Oops = "Oops: int3"
+
+// BootAgain reports whether a guest's boot should be repeated, why, and
+// which of its runs stand. Under TCG a guest kernel can panic where the
+// code under test has no part:
+//   - before /init (6.12 has shown a fatal exception in interrupt a few
+//     seconds in): nothing of the plan ran, and all of it runs again;
+//   - at an int3 trap in kernel text that no patch site claims (int3Oops).
+//     The kernel patches its text live (static keys, kprobes, ftrace) by
+//     writing an int3 over a site while it rewrites the rest, and on
+//     hardware no CPU can run the int3 once the patching ends; under
+//     multi-threaded TCG a vCPU can run a stale translation of the site
+//     after that (6.12 at boot, and right after a test closed its perf
+//     events). The runs that ended stand (kept), and the next boot runs
+//     the rest, from the one the trap cut short.
+//
+// A guest that hung, never started, or panicked any other way once the
+// plan ran is not repeated: the first and the last would hide a failure,
+// the others would only fail again.
+func BootAgain(e Exec) (why string, kept []string, again bool) {
 	s := ParseSession(e.Lines)
-	if s.Booted {
-		return "", false
-	}
+	var panicked, int3 string
 	for _, l := range s.Other {
-		if i := strings.Index(l, "Kernel panic"); i >= 0 {
-			return strings.TrimSpace(l[i:]), true
+		if i := strings.Index(l, "Kernel panic"); i >= 0 && panicked == "" {
+			panicked = strings.TrimSpace(l[i:])
+		}
+		if i := strings.Index(l, int3Oops); i >= 0 && int3 == "" {
+			int3 = strings.TrimSpace(l[i:])
 		}
 	}
-	return "", false
+	switch {
+	case panicked == "":
+		return "", nil, false
+	case !s.Booted:
+		return panicked, nil, true
+	case int3 == "" || s.Done:
+		return "", nil, false
+	}
+	for id, r := range s.Runs {
+		if r.Ended {
+			kept = append(kept, id)
+		}
+	}
+	slices.Sort(kept)
+	return int3 + "; " + panicked, kept, true
 }
 
 // OK reports whether every run of the row passed and the plan finished.
@@ -81,9 +116,15 @@ func (r Row) OK() bool {
 var kernelTroubleRE = regexp.MustCompile(`WARNING:|BUG:|Oops|Kernel panic|general protection|Call Trace|segfault|blocked for more than`)
 
 // BuildRow judges every run of the plan against what the guest (or the
-// native plan) printed. limit is the overall timeout it ran under.
-func BuildRow(base Row, plan []Run, e Exec, limit time.Duration) Row {
+// native plan) printed. limit is the overall timeout it ran under. kept
+// are runs an earlier boot ended, which this one skipped (BootAgain).
+func BuildRow(base Row, plan []Run, e Exec, limit time.Duration, kept map[string]*RunOutput) Row {
 	s := ParseSession(e.Lines)
+	for id, r := range kept {
+		if _, ok := s.Runs[id]; !ok {
+			s.Runs[id] = r
+		}
+	}
 	total := e.Wall
 	row := base
 	row.Uname = s.Uname

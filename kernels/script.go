@@ -56,6 +56,8 @@ prefix() {
 run() {
 	id=$1 dir=$2 bin=$3 hook=$4 secs=$5 tests=$6
 	shift 6
+	# Ended by an earlier boot of this guest (TWK_SKIP: ids, space-separated).
+	case " ${TWK_SKIP-} " in *" $id "*) return ;; esac
 	skip=" $* "
 	lst=$rcf.list
 	echo "$M begin $id"
@@ -141,11 +143,14 @@ ip link set lo up
 # follows the plan instead.
 dmesg -n 1
 echo "$M boot"
-sh /w/plan.sh /w
+for p in $(cat /proc/cmdline); do
+	case $p in %s=*) TWK_SKIP=$(echo "${p#*=}" | tr , ' ') ;; esac
+done
+TWK_SKIP=$TWK_SKIP sh /w/plan.sh /w
 dmesg | sed "s/^/$M dmesg /"
 sync
 poweroff -f
-`, marker)
+`, marker, skipParam)
 }
 
 // shQuote quotes s for a POSIX shell.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +42,12 @@ echo "--- PASS: $name (0.00s)"
 printf PASS
 `
 
-func TestPlanScriptNatively(t *testing.T) {
-	root := t.TempDir()
-	pkg := Package{Dir: "internal/handshake", Binary: "handshake.test", Capability: "handshake"}
+// fakePlan writes the guest plan of one package whose test binary is
+// fakeTest, and returns its root, script and runs.
+func fakePlan(t *testing.T) (root, script string, pkg Package, plan []Run) {
+	t.Helper()
+	root = t.TempDir()
+	pkg = Package{Dir: "internal/handshake", Binary: "handshake.test", Capability: "handshake"}
 	for _, d := range []string{"bin", pkg.Dir} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -51,17 +56,22 @@ func TestPlanScriptNatively(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "bin", pkg.Binary), []byte(fakeTest), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	plan := BuildPlan([]Package{pkg}, true, time.Minute)
-	script := filepath.Join(root, "plan.sh")
+	plan = BuildPlan([]Package{pkg}, true, time.Minute)
+	script = filepath.Join(root, "plan.sh")
 	if err := os.WriteFile(script, []byte(PlanScript(plan)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return root, script, pkg, plan
+}
+
+func TestPlanScriptNatively(t *testing.T) {
+	root, script, pkg, plan := fakePlan(t)
 	t.Setenv("TOKENWIRE_HOOK_ORDER", "kprobe") // the script must clear it for the default run
 	e := RunNative(context.Background(), root, script, time.Minute, filepath.Join(t.TempDir(), "log"), nil)
 	if e.Err != nil {
 		t.Fatal(e.Err)
 	}
-	row := BuildRow(Row{Name: nativeRow, Mode: "native"}, plan, e, time.Minute)
+	row := BuildRow(Row{Name: nativeRow, Mode: "native"}, plan, e, time.Minute, nil)
 	if !row.Finished || row.Problem != "" {
 		t.Fatalf("row %+v", row)
 	}
@@ -95,6 +105,41 @@ func TestPlanScriptNatively(t *testing.T) {
 	}
 	if r := got["kprobe/handshake"]; r.OK || r.ExitCode != 2 || !strings.HasPrefix(r.Problem, "crashed in TestEnv: panic: boom") {
 		t.Errorf("kprobe run %+v", r)
+	}
+}
+
+// A boot resumed after a panic (BootAgain) skips the runs the one before
+// ended, and the row takes their results from it.
+func TestPlanScriptSkipsKeptRuns(t *testing.T) {
+	root, script, _, plan := fakePlan(t)
+	first := RunNative(context.Background(), root, script, time.Minute, filepath.Join(t.TempDir(), "log"), nil)
+	if first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	runs := ParseSession(first.Lines).Runs
+	kept := map[string]*RunOutput{"default/handshake": runs["default/handshake"], "tracepoint/handshake": runs["tracepoint/handshake"]}
+	t.Setenv("TWK_SKIP", "default/handshake tracepoint/handshake")
+	second := RunNative(context.Background(), root, script, time.Minute, filepath.Join(t.TempDir(), "log"), nil)
+	if second.Err != nil {
+		t.Fatal(second.Err)
+	}
+	s := ParseSession(second.Lines)
+	if !s.Done || s.Runs["default/handshake"] != nil || s.Runs["tracepoint/handshake"] != nil || s.Runs["tp_btf/handshake"] == nil {
+		t.Fatalf("second session ran %v, want every run but the skipped ones", slices.Collect(maps.Keys(s.Runs)))
+	}
+	row := BuildRow(Row{Name: "debian13", Mode: "qemu"}, plan, second, time.Minute, kept)
+	got := map[string]RunResult{}
+	for _, r := range row.Runs {
+		got[r.ID] = r
+	}
+	if r := got["default/handshake"]; !r.OK || r.Passed != 2 {
+		t.Errorf("kept default run %+v", r)
+	}
+	if r := got["tracepoint/handshake"]; r.OK || r.ExitCode != 1 || r.Failed != 1 {
+		t.Errorf("kept tracepoint run %+v: its failure must stand", r)
+	}
+	if r := got["tp_btf/handshake"]; !r.OK || r.Passed != 1 {
+		t.Errorf("tp_btf run of the second session %+v", r)
 	}
 }
 
