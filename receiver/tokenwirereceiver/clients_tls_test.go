@@ -60,6 +60,10 @@ func TestGoTLSClientCalls(t *testing.T) {
 	runs := chats(t, cert, srv.URL)
 	require.Eventually(t, func() bool { return s.traces.SpanCount() >= len(runs) }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
+	var unread int64
+	for _, n := range s.telemetryPoints(t, "otelcol_receiver_tokenwire_payloads_unread") {
+		unread += n
+	}
 	s.stop()
 	spans := clientSpans(t, s.traces)
 	if len(spans) != len(runs) {
@@ -70,10 +74,18 @@ func TestGoTLSClientCalls(t *testing.T) {
 		}
 	}
 	require.Len(t, spans, len(runs))
+	var uncaptured int64
 	for i, sp := range spans {
 		a := sp.Attributes().AsRaw()
 		require.Equal(t, "tls", a[attrStreamMode])
-		require.Equal(t, "chat llama-3-8b", sp.Name())
+		if sp.Name() != "chat llama-3-8b" {
+			// A request goes unread only when a page of its buffer was not
+			// mapped as the probe read it (the Go heap's pages can be
+			// migrated or collapsed into huge pages at any time), and the
+			// kernel counts each such read (TestGoClientCallInKernel).
+			require.Equal(t, fmt.Sprintf("call %d", srv.Port), sp.Name())
+			uncaptured++
+		}
 		require.Equal(t, "127.0.0.1", a[genai.AttrServerAddress])
 		require.EqualValues(t, srv.Port, a[genai.AttrServerPort])
 		require.Equal(t, "terminator", a["tokenwire.stream.end_reason"])
@@ -84,6 +96,10 @@ func TestGoTLSClientCalls(t *testing.T) {
 		t.Logf("TLS call %d: time to first chunk %v, the client's wait for its first event %v", i, ttfc, wait)
 		require.GreaterOrEqual(t, ttfc, tlsThink)
 		require.LessOrEqual(t, ttfc, wait)
+	}
+	require.GreaterOrEqual(t, unread, uncaptured, "calls with their request unread, and the unread payloads counted")
+	if uncaptured > 0 {
+		t.Logf("%d calls' requests could not be read (%d unread payloads counted)", uncaptured, unread)
 	}
 }
 
