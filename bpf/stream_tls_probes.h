@@ -33,20 +33,28 @@ struct {
 	__type(value, struct payload_buf);
 } tw_st_tls_pend SEC(".maps");
 
+/* begins_request says whether the n bytes of plaintext at buf begin an
+ * HTTP request: only such a write call, on a connection whose socket is
+ * not known yet, can be a client's request. */
+static __always_inline int begins_request(__u64 buf, __s64 n)
+{
+	char m[4];
+	if (n < (__s64)sizeof(m) || bpf_probe_read_user(m, sizeof(m), (const void *)buf))
+		return 0;
+	return (m[0] == 'P' && m[1] == 'O' && m[2] == 'S' && m[3] == 'T') ||
+	       (m[0] == 'G' && m[1] == 'E' && m[2] == 'T' && m[3] == ' ') ||
+	       (m[0] == 'P' && m[1] == 'U' && m[2] == 'T' && m[3] == ' ') ||
+	       (m[0] == 'P' && m[1] == 'A' && m[2] == 'T' && m[3] == 'C') ||
+	       (m[0] == 'D' && m[1] == 'E' && m[2] == 'L' && m[3] == 'E');
+}
+
 /* pend_copy copies the first slice of the n bytes of plaintext at buf to
  * the thread's pending record, if they begin an HTTP request: the write
  * calls of a probed process on connections it never tells a socket of
  * (a server's, on a port nobody watches) pay a 4-byte read, not the copy. */
 static __always_inline int pend_copy(const struct tls_call_key *key, __u64 buf, __s64 n)
 {
-	char m[4];
-	if (n < (__s64)sizeof(m) || bpf_probe_read_user(m, sizeof(m), (const void *)buf))
-		return -1;
-	if (!(m[0] == 'P' && m[1] == 'O' && m[2] == 'S' && m[3] == 'T') &&
-	    !(m[0] == 'G' && m[1] == 'E' && m[2] == 'T' && m[3] == ' ') &&
-	    !(m[0] == 'P' && m[1] == 'U' && m[2] == 'T' && m[3] == ' ') &&
-	    !(m[0] == 'P' && m[1] == 'A' && m[2] == 'T' && m[3] == 'C') &&
-	    !(m[0] == 'D' && m[1] == 'E' && m[2] == 'L' && m[3] == 'E'))
+	if (!begins_request(buf, n))
 		return -1;
 	__u32 zero = 0;
 	struct payload_buf *b = bpf_map_lookup_elem(&tw_st_buf, &zero);
@@ -183,12 +191,21 @@ static __always_inline int tls_write_enter(const struct tls_call_key *key, __u64
 		return 0;
 	struct tls_conn_key ck = {.tgid = key->tgid, .ssl = ssl};
 	struct tls_conn *conn = bpf_map_lookup_elem(&tw_st_tls_conns, &ck);
-	if (!conn)
+	__u64 sk = conn ? conn->sk : 0;
+	struct stream_state *st = conn ? plain_state(sk, conn->gen) : NULL;
+	if (!st) {
+		/* Its socket is not known yet. A Go call is kept for the
+		 * socket write inside it (client_note_write_by) only if it
+		 * begins a request: a call on a socket nobody watches (a
+		 * server's response, in a process that also calls out: an
+		 * agent gateway) has no socket write that ends it, and the
+		 * runtime gives its goroutine's g to a later goroutine, whose
+		 * first write on a client's connection (its handshake) would
+		 * take the call for its own. */
+		if (key->by_g && !begins_request(buf, n))
+			c->wr_done = 1;
 		return 0;
-	__u64 sk = conn->sk;
-	struct stream_state *st = plain_state(sk, conn->gen);
-	if (!st)
-		return 0;
+	}
 	c->wr_done = 1;
 	if (st->client)
 		client_plain_request((const struct sock *)sk, st, (const char *)buf, n);
@@ -298,8 +315,14 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 		return;
 	__u64 ssl = c->wr_ssl;
 	__s64 n = c->wr_n, pend = 0;
-	if (ssl && key->by_g)
+	if (ssl && key->by_g) {
 		c->wr_ssl = 0; /* the call's end (go_write_sent) */
+		/* Accounted at its entry, its socket known; or no request,
+		 * and so perhaps a call its goroutine left on another
+		 * socket: the socket is not its TLS object's. */
+		if (c->wr_done)
+			return;
+	}
 	if (ssl && c->wr_done) {
 		n = 0;
 	} else if (ssl) {

@@ -44,9 +44,16 @@ func probeSelf(t *testing.T, s *tlsReceiver, addr string, cert *teststack.TLSCer
 // TestGoTLSClientCalls: a Go crypto/tls client in this process. Its first
 // TLS connection to the client port (a handshake alone) makes the kernel
 // report the process, whose crypto/tls is then probed; the calls after it,
-// two on a keep-alive connection and one on another, are read as
-// plaintext: one CLIENT span each in mode tls, exact chunks, the time to
-// first chunk between the server's think time and the client's wait.
+// two on a keep-alive connection and one on each of goTLSNewConns others,
+// are read as plaintext: one CLIENT span each in mode tls, exact chunks,
+// the time to first chunk between the server's think time and the
+// client's wait.
+//
+// The server is in this process too, on a port nobody watches as a
+// server's, as in an agent gateway that serves and calls out: its probed
+// writes have no socket write that ends them, and its goroutines' gs go
+// to the client's later goroutines (a new connection's handshake), which
+// must not take those writes for their own requests.
 func TestGoTLSClientCalls(t *testing.T) {
 	bpftest.Require(t)
 	cert := teststack.MakeTLSCert(t)
@@ -58,6 +65,7 @@ func TestGoTLSClientCalls(t *testing.T) {
 	probeSelf(t, s, srv.Addr, cert)
 
 	runs := chats(t, cert, srv.URL)
+	runs = append(runs, chatsOnNewConns(t, cert, srv.URL, goTLSNewConns)...)
 	require.Eventually(t, func() bool { return s.traces.SpanCount() >= len(runs) }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(1200 * time.Millisecond) // any span beyond them would be out by now
 	var unread int64
@@ -93,7 +101,7 @@ func TestGoTLSClientCalls(t *testing.T) {
 		requireClientChunks(t, a["tokenwire.stream.chunks"], runs[i].eventNS, fmt.Sprintf("call %d", i))
 		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
 		wait := runs[i].firstEvent.Sub(runs[i].sent)
-		t.Logf("TLS call %d: time to first chunk %v, the client's wait for its first event %v", i, ttfc, wait)
+		t.Logf("TLS call %d (%s): time to first chunk %v, the client's wait for its first event %v", i, sp.Name(), ttfc, wait)
 		require.GreaterOrEqual(t, ttfc, tlsThink)
 		require.LessOrEqual(t, ttfc, wait)
 	}

@@ -131,6 +131,28 @@ type tlsRun struct {
 	eventNS          []uint64 // when each event but [DONE] arrived (teststack.MonotonicNow)
 }
 
+// goTLSNewConns is how many calls TestGoTLSClientCalls makes on a
+// connection of their own after its keep-alive ones: before the probes
+// left a server's writes alone, every one of 3 runs had calls (8 of the
+// 33) whose request was taken from the server's buffer.
+const goTLSNewConns = 8
+
+// chatsOnNewConns makes n calls to url, each on a connection of its own
+// that it closes before the next; the pause lets the server's goroutine
+// for the closed connection end, so that the runtime can give its g to
+// the next connection's goroutines.
+func chatsOnNewConns(t *testing.T, cert *teststack.TLSCert, url string, n int) []tlsRun {
+	t.Helper()
+	var runs []tlsRun
+	for range n {
+		client := cert.HTTPClient(true)
+		runs = append(runs, chat(t, client, url))
+		client.Transport.(*http.Transport).CloseIdleConnections()
+		time.Sleep(20 * time.Millisecond)
+	}
+	return runs
+}
+
 // chat sends one streamed chat request with client and reads the response
 // to its end, noting when each SSE event arrived.
 func chat(t *testing.T, client *http.Client, url string) tlsRun {
