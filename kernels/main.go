@@ -170,7 +170,7 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 				ConsoleLog: filepath.Join(logs, nativeRow+".log")}
 			fmt.Fprintf(os.Stderr, "kernels: %s: running the plan on %s\n", nativeRow, base.Version)
 			e := RunNative(ctx, stage, nativeScript, o.guestTimeout, base.ConsoleLog, progress(nativeRow))
-			nativeRows = append(nativeRows, BuildRow(base, nativePlan, e, o.guestTimeout, nil))
+			nativeRows = append(nativeRows, BuildRow(base, nativePlan, e, ParseSession(e.Lines), o.guestTimeout, nil))
 		})
 	}
 	guestRows := make([]Row, len(kernels))
@@ -183,14 +183,15 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 			base := Row{Name: k.Name, Distro: k.Distro, Version: k.Version, Mode: "qemu", URL: k.URL, SHA256: k.SHA256,
 				ConsoleLog: filepath.Join(logs, k.Name+".log")}
 			if ctx.Err() != nil {
-				guestRows[i] = BuildRow(base, guestPlan, Exec{Err: ctx.Err()}, o.guestTimeout, nil)
+				guestRows[i] = BuildRow(base, guestPlan, Exec{Err: ctx.Err()}, ParseSession(nil), o.guestTimeout, nil)
 				return
 			}
 			fmt.Fprintf(os.Stderr, "kernels: %s: booting %s\n", k.Name, filepath.Base(k.Vmlinuz))
 			e := BootGuest(ctx, k, initrd, nil, o.guestTimeout, base.ConsoleLog, progress(k.Name))
+			s := ParseSession(e.Lines)
 			kept := map[string]*RunOutput{}
 			for boot := 1; boot < guestBoots && ctx.Err() == nil; boot++ {
-				why, ended, again := BootAgain(e)
+				why, ended, again := BootAgain(s)
 				if !again {
 					break
 				}
@@ -198,15 +199,14 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 				if err := os.Rename(base.ConsoleLog, failed); err != nil {
 					failed = base.ConsoleLog + " (overwritten: " + err.Error() + ")"
 				}
-				base.Reboots = append(base.Reboots, Reboot{Problem: why, Seconds: e.Wall.Seconds(), ConsoleLog: failed, Kept: ended})
-				runs := ParseSession(e.Lines).Runs
-				for _, id := range ended {
-					kept[id] = runs[id]
-				}
+				base.Reboots = append(base.Reboots, Reboot{Problem: why, Seconds: e.Wall.Seconds(), ConsoleLog: failed,
+					Kept: slices.Sorted(maps.Keys(ended))})
+				maps.Copy(kept, ended)
 				fmt.Fprintf(os.Stderr, "kernels: %s: panicked (%s); booting it again, %d runs kept\n", k.Name, why, len(ended))
 				e = BootGuest(ctx, k, initrd, slices.Sorted(maps.Keys(kept)), o.guestTimeout, base.ConsoleLog, progress(k.Name))
+				s = ParseSession(e.Lines)
 			}
-			guestRows[i] = BuildRow(base, guestPlan, e, o.guestTimeout, kept)
+			guestRows[i] = BuildRow(base, guestPlan, e, s, o.guestTimeout, kept)
 		})
 	}
 	wg.Wait()

@@ -55,9 +55,10 @@ func sampleMatrix(t *testing.T) *Matrix {
 	base := Row{Name: "debian12", Distro: "Debian 12 bookworm", Version: "6.1.176-1", Mode: "qemu", URL: "http://example/k.deb", SHA256: strings.Repeat("a", 64),
 		Reboots: []Reboot{{Problem: "Kernel panic - not syncing: Fatal exception in interrupt", Seconds: 21.25, ConsoleLog: "logs/debian12.boot1.log"},
 			{Problem: "Oops: int3; Kernel panic", Seconds: 1271.5, ConsoleLog: "logs/debian12.boot2.log", Kept: []string{"default/stream", "default/xdp"}}}}
-	guest := BuildRow(base, plan, Exec{Lines: lines, Wall: time.Duration(len(lines)) * time.Second, CPU: 5 * time.Second}, time.Hour, nil)
+	guest := BuildRow(base, plan, Exec{Lines: lines, Wall: time.Duration(len(lines)) * time.Second, CPU: 5 * time.Second}, ParseSession(lines), time.Hour, nil)
 	// A guest that never booted.
-	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: []Line{{Text: "Kernel panic - not syncing: VFS"}}, Wall: time.Second}, time.Hour, nil)
+	deadLines := []Line{{Text: "Kernel panic - not syncing: VFS"}}
+	dead := BuildRow(Row{Name: "debian11", Mode: "qemu"}, plan, Exec{Lines: deadLines, Wall: time.Second}, ParseSession(deadLines), time.Hour, nil)
 	m := &Matrix{Date: "2026-11-30T00:00:00Z", Commit: "abc", Hooks: Hooks(), Capabilities: []string{"stream", "xdp"},
 		Rows: []Row{guest, dead}, Excluded: SkipsOf(guestSkips, pkgs), HookRunSkips: SkipsOf(hookRunSkips, pkgs), Jobs: 2,
 		HookRunOnly: []Only{{Dir: "receiver/tokenwirereceiver", Tests: []string{"TestA", "TestB"}, Reason: "because"}}}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -82,8 +83,8 @@ func TestBootAgain(t *testing.T) {
 		{"qemu did not start", Exec{}, false, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			why, kept, again := BootAgain(tc.e)
-			if again != tc.again || why != tc.why || !slices.Equal(kept, tc.kept) {
+			why, kept, again := BootAgain(ParseSession(tc.e.Lines))
+			if again != tc.again || why != tc.why || !slices.Equal(slices.Sorted(maps.Keys(kept)), tc.kept) {
 				t.Errorf("BootAgain = %q, %v, %v; want %q, %v, %v", why, kept, again, tc.why, tc.kept, tc.again)
 			}
 		})

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -72,8 +73,7 @@ const int3Oops = "Oops: int3"
 // A guest that hung, never started, or panicked any other way once the
 // plan ran is not repeated: the first and the last would hide a failure,
 // the others would only fail again.
-func BootAgain(e Exec) (why string, kept []string, again bool) {
-	s := ParseSession(e.Lines)
+func BootAgain(s *Session) (why string, kept map[string]*RunOutput, again bool) {
 	var panicked, int3 string
 	for _, l := range s.Other {
 		if i := strings.Index(l, "Kernel panic"); i >= 0 && panicked == "" {
@@ -91,12 +91,12 @@ func BootAgain(e Exec) (why string, kept []string, again bool) {
 	case int3 == "" || s.Done:
 		return "", nil, false
 	}
+	kept = map[string]*RunOutput{}
 	for id, r := range s.Runs {
 		if r.Ended {
-			kept = append(kept, id)
+			kept[id] = r
 		}
 	}
-	slices.Sort(kept)
 	return int3 + "; " + panicked, kept, true
 }
 
@@ -116,13 +116,14 @@ func (r Row) OK() bool {
 var kernelTroubleRE = regexp.MustCompile(`WARNING:|BUG:|Oops|Kernel panic|general protection|Call Trace|segfault|blocked for more than`)
 
 // BuildRow judges every run of the plan against what the guest (or the
-// native plan) printed. limit is the overall timeout it ran under. kept
-// are runs an earlier boot ended, which this one skipped (BootAgain).
-func BuildRow(base Row, plan []Run, e Exec, limit time.Duration, kept map[string]*RunOutput) Row {
-	s := ParseSession(e.Lines)
+// native plan) printed: e, and s parsed from its lines. limit is the
+// overall timeout it ran under. kept are runs an earlier boot ended,
+// which this one skipped (BootAgain).
+func BuildRow(base Row, plan []Run, e Exec, s *Session, limit time.Duration, kept map[string]*RunOutput) Row {
+	runs := maps.Clone(s.Runs)
 	for id, r := range kept {
-		if _, ok := s.Runs[id]; !ok {
-			s.Runs[id] = r
+		if _, ok := runs[id]; !ok {
+			runs[id] = r
 		}
 	}
 	total := e.Wall
@@ -151,7 +152,7 @@ func BuildRow(base Row, plan []Run, e Exec, limit time.Duration, kept map[string
 			res = ref
 			res.ID, res.Hook, res.SameAs = r.ID, r.Hook, r.SameAs
 		} else {
-			res = Judge(r, s.Runs[r.ID], row.Problem)
+			res = Judge(r, runs[r.ID], row.Problem)
 		}
 		byID[r.ID] = res
 		row.Runs = append(row.Runs, res)

@@ -71,7 +71,7 @@ func TestPlanScriptNatively(t *testing.T) {
 	if e.Err != nil {
 		t.Fatal(e.Err)
 	}
-	row := BuildRow(Row{Name: nativeRow, Mode: "native"}, plan, e, time.Minute, nil)
+	row := BuildRow(Row{Name: nativeRow, Mode: "native"}, plan, e, ParseSession(e.Lines), time.Minute, nil)
 	if !row.Finished || row.Problem != "" {
 		t.Fatalf("row %+v", row)
 	}
@@ -127,7 +127,7 @@ func TestPlanScriptSkipsKeptRuns(t *testing.T) {
 	if !s.Done || s.Runs["default/handshake"] != nil || s.Runs["tracepoint/handshake"] != nil || s.Runs["tp_btf/handshake"] == nil {
 		t.Fatalf("second session ran %v, want every run but the skipped ones", slices.Collect(maps.Keys(s.Runs)))
 	}
-	row := BuildRow(Row{Name: "debian13", Mode: "qemu"}, plan, second, time.Minute, kept)
+	row := BuildRow(Row{Name: "debian13", Mode: "qemu"}, plan, second, s, time.Minute, kept)
 	got := map[string]RunResult{}
 	for _, r := range row.Runs {
 		got[r.ID] = r
