@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"strings"
 	"time"
 )
 
@@ -40,7 +39,7 @@ func (e *eventStamps) Write(p []byte) (int, error) {
 			e.line = append(e.line, c)
 			continue
 		}
-		if l := string(bytes.TrimSpace(e.line)); strings.HasPrefix(l, "data:") && l != "data: [DONE]" {
+		if IsEventLine(string(e.line)) {
 			e.eventNS = append(e.eventNS, now)
 		}
 		e.line = e.line[:0]

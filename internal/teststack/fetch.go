@@ -12,6 +12,19 @@ import (
 // JSON body when body is not empty, and reads the response to its end: a
 // stream is over on the wire when Fetch returns.
 func Fetch(client *http.Client, method, url, body string) error {
+	return fetch(client, method, url, body, io.Discard)
+}
+
+// FetchEvents is Fetch that also returns when each SSE data event but
+// [DONE] reached the client (MonotonicNow), stamped as the read of the
+// body that completes it returns: the arrivals ChunkRange reasons from.
+func FetchEvents(client *http.Client, method, url, body string) ([]uint64, error) {
+	var e eventStamps
+	err := fetch(client, method, url, body, &e)
+	return e.eventNS, err
+}
+
+func fetch(client *http.Client, method, url, body string, out io.Writer) error {
 	if client == nil {
 		client = http.DefaultClient
 	}
@@ -27,7 +40,7 @@ func Fetch(client *http.Client, method, url, body string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	_, err = io.Copy(io.Discard, resp.Body)
+	_, err = io.Copy(out, resp.Body)
 	return err
 }
 

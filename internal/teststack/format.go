@@ -3,11 +3,20 @@ package teststack
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // DoneEvent ends an OpenAI-style stream; tokenwire treats it as the end,
 // not as a chunk.
 const DoneEvent = "data: [DONE]\n\n"
+
+// IsEventLine says whether line, one line of an SSE body (its line end
+// trimmed or not), is a data event other than [DONE]: one a client counts
+// as a piece of the answer.
+func IsEventLine(line string) bool {
+	l := strings.TrimSpace(line)
+	return strings.HasPrefix(l, "data:") && l != strings.TrimSpace(DoneEvent)
+}
 
 // TokenEvent is a small SSE event: data: {"token":"t<i>"}.
 func TokenEvent(i int) string {

@@ -31,6 +31,9 @@ type ProcOptions struct {
 	// Lines keeps stdout's lines (they go to the log too) for WaitLine,
 	// WaitLines and Lines.
 	Lines bool
+	// Stdin gives the child a pipe for its standard input, which Send
+	// writes to; without it the child reads /dev/null.
+	Stdin bool
 	Grace time.Duration // SIGTERM -> SIGKILL; default DefaultGrace
 }
 
@@ -41,7 +44,8 @@ type Proc struct {
 	logPath string   // "" when the log is the caller's writer
 	logFile *os.File // ours to close after the exit
 	grace   time.Duration
-	lines   *lineBuffer // nil unless ProcOptions.Lines
+	lines   *lineBuffer    // nil unless ProcOptions.Lines
+	stdin   io.WriteCloser // nil unless ProcOptions.Stdin
 
 	done     chan struct{} // closed when the process has exited
 	waitErr  error         // valid after done
@@ -98,6 +102,15 @@ func StartProc(opts ProcOptions, bin string, args ...string) (*Proc, error) {
 		p.lines = newLineBuffer()
 		go p.lines.read(pr, log)
 	}
+	if opts.Stdin {
+		// Closed by cmd.Wait once the child has exited.
+		w, err := cmd.StdinPipe()
+		if err != nil {
+			p.closeLog()
+			return nil, err
+		}
+		p.stdin = w
+	}
 	err := cmd.Start()
 	if pw != nil {
 		pw.Close() // the child holds its copy: EOF comes when it exits
@@ -147,6 +160,17 @@ func nameOr(name, bin string) string {
 
 // Pid is the child's process id (and its process group's).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Send writes s to the child's standard input (ProcOptions.Stdin).
+func (p *Proc) Send(s string) error {
+	if p.stdin == nil {
+		return fmt.Errorf("%s: its stdin is not ours (ProcOptions.Stdin)", p.Name)
+	}
+	if _, err := io.WriteString(p.stdin, s); err != nil {
+		return fmt.Errorf("%s: writing its stdin: %w", p.Name, err)
+	}
+	return nil
+}
 
 // LogPath is the file holding the child's output, "" when the caller gave
 // a writer instead.

@@ -22,3 +22,11 @@ func ReadsOf(arrivals []uint64, interval time.Duration) int {
 	}
 	return reads
 }
+
+// ChunkRange is how many chunks tokenwire may count for a client's call
+// whose events reached the client at arrivals, written interval apart:
+// one per event when no two came in one read (lo == hi), else from the
+// reads ReadsOf finds to the events.
+func ChunkRange(arrivals []uint64, interval time.Duration) (lo, hi int) {
+	return ReadsOf(arrivals, interval), len(arrivals)
+}

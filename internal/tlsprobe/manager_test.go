@@ -1,9 +1,7 @@
 package tlsprobe
 
 import (
-	"bufio"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -246,38 +244,22 @@ import ssl
 print("ssl", flush=True)
 sys.stdin.readline()
 `
-	cmd := exec.Command(python, "-S", "-c", script)
-	stdin, err := cmd.StdinPipe()
+	p := teststack.StartProcT(t, teststack.ProcOptions{Name: "python", Lines: true, Stdin: true}, python, "-S", "-c", script)
+	first, err := p.WaitLine(10*time.Second, func(string) bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	n, err := strconv.ParseUint(first, 10, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	line := func() string {
+	return uint32(p.Pid()), uint16(n), func() {
 		t.Helper()
-		if !lines.Scan() {
-			t.Fatalf("python: no output (%v)", lines.Err())
-		}
-		return lines.Text()
-	}
-	n, err := strconv.ParseUint(line(), 10, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uint32(cmd.Process.Pid), uint16(n), func() {
-		t.Helper()
-		if _, err := io.WriteString(stdin, "\n"); err != nil {
+		if err := p.Send("\n"); err != nil {
 			t.Fatal(err)
 		}
-		if l := line(); l != "ssl" {
-			t.Fatalf("python: %q, want ssl", l)
+		if _, err := p.WaitLine(10*time.Second, func(l string) bool { return l == "ssl" }); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -167,15 +167,13 @@ func chat(t *testing.T, client *http.Client, url string) tlsRun {
 	require.Equal(t, 200, resp.StatusCode)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if !strings.HasPrefix(sc.Text(), "data:") {
+		if !teststack.IsEventLine(sc.Text()) {
 			continue
 		}
 		if run.firstEvent.IsZero() {
 			run.firstEvent = time.Now()
 		}
-		if sc.Text() != "data: [DONE]" {
-			run.eventNS = append(run.eventNS, teststack.MonotonicNow())
-		}
+		run.eventNS = append(run.eventNS, teststack.MonotonicNow())
 	}
 	require.NoError(t, sc.Err())
 	require.False(t, run.firstEvent.IsZero(), "no event")
