@@ -315,17 +315,14 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 		return;
 	__u64 ssl = c->wr_ssl;
 	__s64 n = c->wr_n, pend = 0;
-	if (ssl && key->by_g) {
-		c->wr_ssl = 0; /* the call's end (go_write_sent) */
-		/* Accounted at its entry, its socket known; or no request,
-		 * and so perhaps a call its goroutine left on another
-		 * socket: the socket is not its TLS object's. */
+	if (ssl) {
+		if (key->by_g)
+			c->wr_ssl = 0; /* the call's end (go_write_sent) */
+		/* Accounted at its entry, its socket known already; or, for
+		 * Go, no request, and so perhaps a call its goroutine left on
+		 * another socket, which is not its TLS object's. */
 		if (c->wr_done)
 			return;
-	}
-	if (ssl && c->wr_done) {
-		n = 0;
-	} else if (ssl) {
 		c->wr_done = 1;
 	} else if (!(ssl = c->pend_ssl)) {
 		return;
@@ -338,7 +335,7 @@ static __always_inline void client_note_write_by(const struct tls_call_key *key,
 	struct tls_conn conn = {.sk = (__u64)sk, .gen = gen};
 	bpf_map_update_elem(&tw_st_tls_conns, &ck, &conn, BPF_ANY);
 	struct stream_state *st = plain_state((__u64)sk, gen);
-	if (!st || !st->client || !n)
+	if (!st || !st->client)
 		return;
 	if (n > 0) {
 		client_plain_request(sk, st, (const char *)c->wr_buf, n);
