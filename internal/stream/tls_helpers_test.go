@@ -3,10 +3,7 @@ package stream
 import (
 	"bytes"
 	"cmp"
-	"fmt"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,15 +54,8 @@ func waitProbed(t *testing.T, tr *Tracer, pid int) tlsprobe.Target {
 			}
 		}
 		if time.Now().After(deadline) {
-			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-			var ssl []string
-			for _, l := range strings.Split(string(maps), "\n") {
-				if strings.Contains(l, "libssl") {
-					ssl = append(ssl, l)
-				}
-			}
-			t.Fatalf("pid %d not probed; targets %+v, TLS error %v; its libssl mappings (%v): %q",
-				pid, tr.TLSTargets(), tr.TLSError(), err, ssl)
+			t.Fatalf("pid %d not probed; targets %+v, TLS error %v; what the scan would see: %s",
+				pid, tr.TLSTargets(), tr.TLSError(), teststack.TLSScanView(pid))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,6 +1,9 @@
 package teststack
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // ReadsOf is how many reads a client took to receive events that a server
 // wrote interval apart, from when each event reached the client (arrivals,
@@ -26,7 +29,13 @@ func ReadsOf(arrivals []uint64, interval time.Duration) int {
 // ChunkRange is how many chunks tokenwire may count for a client's call
 // whose events reached the client at arrivals, written interval apart:
 // one per event when no two came in one read (lo == hi), else from the
-// reads ReadsOf finds to the events.
-func ChunkRange(arrivals []uint64, interval time.Duration) (lo, hi int) {
-	return ReadsOf(arrivals, interval), len(arrivals)
+// reads ReadsOf finds to the events. It logs the merged reads, naming
+// the call what, so that a failure's range explains itself.
+func ChunkRange(tb testing.TB, what string, arrivals []uint64, interval time.Duration) (lo, hi int) {
+	tb.Helper()
+	lo, hi = ReadsOf(arrivals, interval), len(arrivals)
+	if lo < hi {
+		tb.Logf("%s: the client read its %d events in %d reads at most (arrivals %v ns)", what, hi, lo, arrivals)
+	}
+	return lo, hi
 }

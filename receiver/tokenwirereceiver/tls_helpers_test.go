@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -92,30 +91,9 @@ func (s *tlsReceiver) waitTarget(t *testing.T, pid int, result string) tlsprobe.
 		return false
 	}, 60*time.Second, 20*time.Millisecond, "pid %d never %s", pid, result)
 	if !ok {
-		t.Fatalf("pid %d: targets %+v; what the scan would see: %s", pid, s.r.streams.TLSTargets(), procView(pid))
+		t.Fatalf("pid %d: targets %+v; what the scan would see: %s", pid, s.r.streams.TLSTargets(), teststack.TLSScanView(pid))
 	}
 	return found
-}
-
-// procView is what a TLS scan reads of pid, for a failure's message: its
-// TLS library mappings and its socket descriptors.
-func procView(pid int) string {
-	var b strings.Builder
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	fmt.Fprintf(&b, "maps (%v):", err)
-	for _, l := range strings.Split(string(maps), "\n") {
-		if strings.Contains(l, "libssl") || strings.Contains(l, "libcrypto") {
-			fmt.Fprintf(&b, "\n  %s", l)
-		}
-	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	fmt.Fprintf(&b, "\nsockets (%v):", err)
-	for _, fd := range fds {
-		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(link, "socket:") {
-			fmt.Fprintf(&b, " %s", link)
-		}
-	}
-	return b.String()
 }
 
 // telemetryPoints reads an int64 self-metric's points, keyed by their
