@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/tokenwire/tokenwire/bench/xdpnf/lpmfilter"
+	"github.com/tokenwire/tokenwire/internal/childproc"
 	"github.com/tokenwire/tokenwire/internal/xdp"
 )
 
@@ -196,7 +197,7 @@ func startXDPChild(self, variant string, entries int, track func(*exec.Cmd, bool
 	if err != nil {
 		return installed{}, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return installed{}, err
 	}
 	track(cmd, true)

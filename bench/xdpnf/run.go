@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tokenwire/tokenwire/internal/childproc"
 )
 
 // result is one flood of one variant.
@@ -72,7 +74,7 @@ func runOne(self string, t *topo, ksoft, sendCPUList []int, variant string, entr
 	if err != nil {
 		return r, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		return r, err
 	}
 	track(cmd, true)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tokenwire/tokenwire/internal/childproc"
 )
 
 // DefaultGrace is how long a child gets between SIGTERM and SIGKILL when
@@ -85,8 +87,8 @@ func StartProc(opts ProcOptions, bin string, args ...string) (*Proc, error) {
 		// child started too, and a terminal's Ctrl-C reaches only us.
 		Setpgid: true,
 		// The backstop when we are killed without running cleanups (go
-		// test's -timeout panic runs none): the kernel kills the child
-		// when its parent thread dies.
+		// test's -timeout panic runs none). childproc.Start makes it
+		// fire only when this process ends.
 		Pdeathsig: syscall.SIGKILL,
 	}
 	var pw *os.File
@@ -111,7 +113,7 @@ func StartProc(opts ProcOptions, bin string, args ...string) (*Proc, error) {
 		}
 		p.stdin = w
 	}
-	err := cmd.Start()
+	err := childproc.Start(cmd)
 	if pw != nil {
 		pw.Close() // the child holds its copy: EOF comes when it exits
 	}
@@ -141,11 +143,12 @@ func StartProcT(tb testing.TB, opts ProcOptions, bin string, args ...string) *Pr
 	}
 	tb.Logf("%s: started pid %d: %s %s (log %s)", p.Name, p.Pid(), bin, strings.Join(args, " "), p.logPath)
 	tb.Cleanup(func() {
+		early := p.exitBeforeStop()
 		if err := p.Stop(); err != nil {
 			tb.Error(err)
 		}
 		if tb.Failed() {
-			tb.Logf("%s: last lines of its output:\n%s", p.Name, p.Tail(40))
+			tb.Logf("%s: %s; last lines of its output:\n%s", p.Name, early, p.Tail(40))
 		}
 	})
 	return p
@@ -183,6 +186,21 @@ func (p *Proc) Exited() (bool, error) {
 		return true, p.waitErr
 	default:
 		return false, nil
+	}
+}
+
+// exitBeforeStop says, for a failed test's log, whether the process was
+// still running when the test ended or how it had ended before: a server
+// gone by a signal prints nothing of its own.
+func (p *Proc) exitBeforeStop() string {
+	done, err := p.Exited()
+	switch {
+	case !done:
+		return "running at the test's end"
+	case err == nil:
+		return "had exited with status 0 before the test's end"
+	default:
+		return "had ended before the test's end: " + err.Error()
 	}
 }
 

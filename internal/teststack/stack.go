@@ -149,11 +149,12 @@ func ServeStack(tb testing.TB, s Stack, opts StackOptions) *StackServer {
 	}
 	tb.Logf("%s: pid %d on %s: %v", s, srv.Proc.Pid(), srv.Addr, srv.Ready)
 	tb.Cleanup(func() {
+		early := srv.Proc.exitBeforeStop()
 		if err := srv.Stop(); err != nil {
 			tb.Error(err)
 		}
 		if tb.Failed() {
-			tb.Logf("%s: last lines of its output:\n%s", s, srv.Proc.Tail(40))
+			tb.Logf("%s: %s; last lines of its output:\n%s", s, early, srv.Proc.Tail(40))
 		}
 	})
 	return srv
