@@ -7,6 +7,7 @@ beside them.
 """
 
 import asyncio
+import faulthandler
 import json
 import os
 import socket
@@ -16,6 +17,9 @@ import time
 import uvicorn
 
 FRAMEWORK = os.environ.get("TW_FRAMEWORK", "starlette")
+
+# A server that dies of a fault says where, on stderr (the test's log).
+faulthandler.enable()
 
 
 def report(rec):
@@ -114,5 +118,7 @@ def serve(app, ready, **uvicorn_options):
     # accepts them: ready before serve() is not too early.
     report({"ready": True, "port": sock.getsockname()[1], "framework": FRAMEWORK,
             "uvicorn": uvicorn.__version__, "python": sys.version.split()[0], **ready})
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", **uvicorn_options)
+    # Info: uvicorn says on stderr when a signal makes it shut down, which
+    # it does quietly at "warning"; no line per request (access_log).
+    config = uvicorn.Config(app, log_level="info", access_log=False, lifespan="off", **uvicorn_options)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
