@@ -17,9 +17,11 @@ import (
 	"runtime"
 )
 
-// ForkLoop names the goroutine that forks every child, for leak checkers
-// (goleak.IgnoreTopFunction). It starts with the package and never ends.
-const ForkLoop = "github.com/tokenwire/tokenwire/internal/childproc.forkLoop"
+// forkLoopName is the function name of the goroutine that forks every
+// child. It starts with the package and never ends, so leak checkers must
+// ignore it: the receiver's metadata.yaml spells it out for mdatagen's
+// goleak check (tests.goleak.ignore.top), and a test keeps the two equal.
+const forkLoopName = "github.com/tokenwire/tokenwire/internal/childproc.forkLoop"
 
 // forks carries Start's requests to the forking thread.
 var forks = make(chan func())

@@ -20,8 +20,9 @@
 //     trust;
 //   - one child-process helper ([StartProc], [Group]): own process group,
 //     readiness by line or probe, output captured, SIGTERM then SIGKILL,
-//     and killed with this process but with no thread of it (package
-//     childproc).
+//     the group killed when the child exits and signalled only while the
+//     child is unreaped (its pid is the group's id), and killed with this
+//     process but with no thread of it (package childproc).
 //
 // Every listener binds 127.0.0.1 and everything a test starts ends in its
 // cleanup. Functions that take a testing.TB fail or skip the test; the

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tokenwire/tokenwire/internal/childproc"
 )
 
@@ -39,7 +41,9 @@ type ProcOptions struct {
 	Grace time.Duration // SIGTERM -> SIGKILL; default DefaultGrace
 }
 
-// Proc is a running child process in its own process group.
+// Proc is a running child process in its own process group. When the
+// child exits, by itself or by Stop, whatever it left in its group is
+// killed with it.
 type Proc struct {
 	Name    string
 	cmd     *exec.Cmd
@@ -49,8 +53,12 @@ type Proc struct {
 	lines   *lineBuffer    // nil unless ProcOptions.Lines
 	stdin   io.WriteCloser // nil unless ProcOptions.Stdin
 
-	done     chan struct{} // closed when the process has exited
-	waitErr  error         // valid after done
+	done    chan struct{} // closed when the process has exited and is reaped
+	waitErr error         // valid after done
+	// mu orders signals to the group against the reap: the group's id is
+	// the child's pid, which is free for reuse once the child is reaped.
+	mu       sync.Mutex
+	reaped   bool // under mu
 	stopOnce sync.Once
 	stopErr  error
 	onStop   func(*Proc) // the Group's bookkeeping
@@ -122,11 +130,41 @@ func StartProc(opts ProcOptions, bin string, args ...string) (*Proc, error) {
 		return nil, fmt.Errorf("%s: starting %s: %w", p.Name, bin, err)
 	}
 	p.cmd = cmd
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
+	go p.reap()
 	return p, nil
+}
+
+// reap waits for the child to exit, kills what it left in its process
+// group, and only then reaps it. Until it is reaped, the exited child
+// holds its pid, which is the group's id, so a signal to the group cannot
+// reach a process that is not ours, however late it comes.
+func (p *Proc) reap() {
+	var info unix.Siginfo
+	var err error
+	for {
+		err = unix.Waitid(unix.P_PID, p.Pid(), &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	p.mu.Lock()
+	if err == nil {
+		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL) // ESRCH when nothing is left
+	}
+	p.waitErr = p.cmd.Wait()
+	p.reaped = true
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// signalGroup sends sig to the child's process group unless the child has
+// been reaped, when the group's id may be another's.
+func (p *Proc) signalGroup(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		_ = syscall.Kill(-p.Pid(), sig)
+	}
 }
 
 // StartProcT starts a child for the test and stops it in the test's
@@ -215,22 +253,20 @@ func (p *Proc) Wait(timeout time.Duration) error {
 	}
 }
 
-// Stop ends the process group: SIGTERM, SIGKILL after the grace period,
-// then SIGKILL to whatever else is left in the group. It returns once the
-// process has exited, with an error only when SIGKILL was needed. Safe to
+// Stop ends the process group: SIGTERM, and SIGKILL after the grace
+// period. Once the child has exited, whatever else is left in its group is
+// killed too (as it is whenever the child exits). It returns once the
+// child has exited, with an error only when SIGKILL was needed. Safe to
 // call more than once and from several goroutines.
 func (p *Proc) Stop() error {
 	p.stopOnce.Do(func() {
-		pgid := p.Pid()
-		if done, _ := p.Exited(); !done {
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(p.grace):
-				p.stopErr = fmt.Errorf("%s: did not exit within %v of SIGTERM; killed it", p.Name, p.grace)
-			}
+		p.signalGroup(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(p.grace):
+			p.stopErr = fmt.Errorf("%s: did not exit within %v of SIGTERM; killed it", p.Name, p.grace)
+			p.signalGroup(syscall.SIGKILL)
 		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // ESRCH when nothing is left
 		<-p.done
 		if p.lines != nil {
 			<-p.lines.closed // every line is in the log before it closes

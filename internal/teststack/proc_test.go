@@ -1,18 +1,29 @@
 package teststack
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
-// alive reports whether a process with this pid exists.
-func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+// alive reports whether a process with this pid exists and has not
+// exited: an ended grandchild waits as a zombie until pid 1 (or a
+// subreaper), which may be slow, reaps it.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command's closing parenthesis.
+	rest := string(b[bytes.LastIndexByte(b, ')')+1:])
+	state := strings.TrimSpace(rest)
+	return state != "" && state[0] != 'Z' && state[0] != 'X'
+}
 
 // TestProcReadyLineAndStop: the ready line is waited for, output lands in
 // the log, and Stop ends the whole group (a grandchild included), once.
@@ -124,5 +135,68 @@ func TestGroupStopsNewestFirst(t *testing.T) {
 		if done, _ := p.Exited(); !done {
 			t.Errorf("%s still running", p.Name)
 		}
+	}
+}
+
+// TestProcExitEndsItsGroup: a child that exits by itself takes what it
+// left in its group with it, before it is reaped, and a Stop after that
+// signals nothing.
+func TestProcExitEndsItsGroup(t *testing.T) {
+	p, err := StartProc(ProcOptions{Lines: true}, "sh", "-c", `sleep 60 & echo "child $!"; exit 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(p.LogPath())
+	defer p.Stop()
+	first, err := p.WaitLine(10*time.Second, func(l string) bool { return strings.HasPrefix(l, "child ") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandchild, _ := strconv.Atoi(strings.TrimPrefix(first, "child "))
+	if err := p.Wait(10 * time.Second); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if !p.reaped {
+		t.Error("done before the reap")
+	}
+	for deadline := time.Now().Add(2 * time.Second); alive(grandchild) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(grandchild) {
+		t.Errorf("grandchild %d outlived the child that started it", grandchild)
+	}
+	if err := p.Stop(); err != nil {
+		t.Errorf("Stop after the exit: %v", err)
+	}
+}
+
+// TestProcSaysHowItEnded: a failed test's log says whether each child was
+// still running or how it had ended.
+func TestProcSaysHowItEnded(t *testing.T) {
+	for _, c := range []struct {
+		script, want string
+	}{
+		{`echo ready; exec sleep 60`, "running at the test's end"},
+		{`echo ready; exit 0`, "had exited with status 0 before the test's end"},
+		{`echo ready; exit 4`, "had ended before the test's end: exit status 4"},
+		{`echo ready; kill -KILL $$`, "had ended before the test's end: signal: killed"},
+	} {
+		p, err := StartProc(ProcOptions{Lines: true}, "sh", "-c", c.script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.WaitLine(10*time.Second, nil); err != nil {
+			t.Fatal(err)
+		}
+		if c.want != "running at the test's end" {
+			p.Wait(10 * time.Second)
+		}
+		if got := p.exitBeforeStop(); got != c.want {
+			t.Errorf("%q: %q, want %q", c.script, got, c.want)
+		}
+		if err := p.Stop(); err != nil {
+			t.Errorf("%q: Stop: %v", c.script, err)
+		}
+		os.Remove(p.LogPath())
 	}
 }
