@@ -102,6 +102,43 @@ struct {
 	__type(value, struct stream_state);
 } tw_st_sk SEC(".maps");
 
+/* Socket storage costs a helper call and a walk of the socket's storage
+ * list on every event. Where the kernel has BPF atomics (5.12+), set by
+ * user space with state_in_sk, most connections keep their state in a
+ * slot of tw_st_slots instead, picked by the connection's hash (slot_of):
+ * the slot says whose state it holds (owner), so reaching it is an inlined
+ * array index and one compare. A connection whose slot another holds
+ * keeps its state in socket storage as before. The slot is claimed by an
+ * atomic compare-and-swap when the connection is first tracked, zeroed and
+ * freed at its close (forget). */
+const volatile __u8 state_slots = 0;
+/* tw_st_slots' max_entries less one, a power of two less one. */
+const volatile __u32 state_slot_mask = 0;
+
+struct state_slot {
+	__u64 owner; /* the socket's address; 0: free */
+	struct stream_state st;
+	__u64 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* set by user space */
+	__type(key, __u32);
+	__type(value, struct state_slot);
+} tw_st_slots SEC(".maps");
+
+/* slot_of returns the slot for sk's state, picked by the hash the kernel
+ * gave the connection's addresses and ports when it entered the
+ * established table (skc_hash, in the cache line the port test read): it
+ * stays when the socket loses its port on the way to TIME_WAIT. Only with
+ * socket storage, so sk is a BTF pointer. */
+static __always_inline struct state_slot *slot_of(const struct sock *sk)
+{
+	__u32 i = sk->__sk_common.skc_hash & state_slot_mask;
+	return bpf_map_lookup_elem(&tw_st_slots, &i);
+}
+
 /* max_entries from config (1 when the state is in socket storage). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -150,8 +187,14 @@ static __always_inline int watched_sock(const struct sock *sk, const int typed)
  * carried no request yet. */
 static __always_inline struct stream_state *state_of(const struct sock *sk)
 {
-	if (state_in_sk)
+	if (state_in_sk) {
+		if (state_slots) {
+			struct state_slot *s = slot_of(sk);
+			if (s && s->owner == (__u64)sk)
+				return &s->st;
+		}
 		return bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, 0);
+	}
 	__u64 key = (__u64)sk;
 	return bpf_map_lookup_elem(&tw_st_socks, &key);
 }
@@ -164,6 +207,22 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 	struct stream_state *st;
 	__u32 portpair = RD(typed, sk, __sk_common.skc_portpair);
 	if (state_in_sk) {
+		struct state_slot *s = state_slots ? slot_of(sk) : NULL;
+		if (s) {
+			__u64 owner = __sync_val_compare_and_swap(&s->owner, 0, (__u64)sk);
+			st = &s->st;
+			if (owner == 0)
+				goto fresh; /* freed slots are zeroed (forget) */
+			if (owner == (__u64)sk) {
+				if (st->portpair == portpair)
+					return st; /* tracked by another CPU just now */
+				/* An earlier socket at this address closed without
+				 * the probe seeing it. */
+				count(&tw_st_counters, TW_ST_COUNTER_STALE);
+				__builtin_memset(st, 0, sizeof(*st));
+				goto fresh;
+			}
+		}
 		st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (!st) {
 			count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
@@ -191,6 +250,7 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 			}
 		}
 	}
+fresh:
 	st->gen = now;
 	st->portpair = portpair;
 	count(&tw_st_counters, TW_ST_COUNTER_NEW_SOCKETS);
@@ -203,8 +263,16 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 static __always_inline void forget(const struct sock *sk, int in_map)
 {
 	count(&tw_st_counters, TW_ST_COUNTER_CLOSED);
-	if (state_in_sk)
+	struct state_slot *s = state_in_sk && state_slots ? slot_of(sk) : NULL;
+	if (s && s->owner == (__u64)sk) {
+		__builtin_memset(&s->st, 0, sizeof(s->st));
+		/* Freed after the zeroing (the compiler keeps the order, and
+		 * x86 keeps stores in order): the next claimer finds it fresh. */
+		asm volatile("" ::: "memory");
+		*(volatile __u64 *)&s->owner = 0;
+	} else if (state_in_sk) {
 		bpf_sk_storage_delete(&tw_st_sk, (struct sock *)sk);
+	}
 	if (!state_in_sk || in_map) {
 		__u64 key = (__u64)sk;
 		bpf_map_delete_elem(&tw_st_socks, &key);

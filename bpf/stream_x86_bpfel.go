@@ -33,6 +33,13 @@ type StreamPendingCall struct {
 	Pad   uint32
 }
 
+type StreamStateSlot struct {
+	_     structs.HostLayout
+	Owner uint64
+	St    StreamStreamState
+	Pad   uint64
+}
+
 type StreamStreamKey struct {
 	_      structs.HostLayout
 	Sock   uint64
@@ -277,6 +284,7 @@ const (
 	StreamMapTwStPorts             = "tw_st_ports"
 	StreamMapTwStScratch           = "tw_st_scratch"
 	StreamMapTwStSk                = "tw_st_sk"
+	StreamMapTwStSlots             = "tw_st_slots"
 	StreamMapTwStSocks             = "tw_st_socks"
 	StreamMapTwStTlsCalls          = "tw_st_tls_calls"
 	StreamMapTwStTlsConns          = "tw_st_tls_conns"
@@ -338,6 +346,8 @@ const (
 	StreamVarResponseDetails       = "response_details"
 	StreamVarStackRegsOffset       = "stack_regs_offset"
 	StreamVarStateInSk             = "state_in_sk"
+	StreamVarStateSlotMask         = "state_slot_mask"
+	StreamVarStateSlots            = "state_slots"
 	StreamVarTlsUprobes            = "tls_uprobes"
 	StreamVarUnusedStreamPayload   = "unused_stream_payload"
 	StreamVarUnusedStreamStats     = "unused_stream_stats"
@@ -446,6 +456,7 @@ type StreamMapSpecs struct {
 	TwStPorts    *ebpf.MapSpec `ebpf:"tw_st_ports"`
 	TwStScratch  *ebpf.MapSpec `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.MapSpec `ebpf:"tw_st_sk"`
+	TwStSlots    *ebpf.MapSpec `ebpf:"tw_st_slots"`
 	TwStSocks    *ebpf.MapSpec `ebpf:"tw_st_socks"`
 	TwStTlsCalls *ebpf.MapSpec `ebpf:"tw_st_tls_calls"`
 	TwStTlsConns *ebpf.MapSpec `ebpf:"tw_st_tls_conns"`
@@ -478,6 +489,8 @@ type StreamVariableSpecs struct {
 	ResponseDetails       *ebpf.VariableSpec `ebpf:"response_details"`
 	StackRegsOffset       *ebpf.VariableSpec `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.VariableSpec `ebpf:"state_in_sk"`
+	StateSlotMask         *ebpf.VariableSpec `ebpf:"state_slot_mask"`
+	StateSlots            *ebpf.VariableSpec `ebpf:"state_slots"`
 	TlsUprobes            *ebpf.VariableSpec `ebpf:"tls_uprobes"`
 	UnusedStreamPayload   *ebpf.VariableSpec `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.VariableSpec `ebpf:"unused_stream_stats"`
@@ -523,6 +536,7 @@ type StreamMaps struct {
 	TwStPorts    *ebpf.Map `ebpf:"tw_st_ports"`
 	TwStScratch  *ebpf.Map `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.Map `ebpf:"tw_st_sk"`
+	TwStSlots    *ebpf.Map `ebpf:"tw_st_slots"`
 	TwStSocks    *ebpf.Map `ebpf:"tw_st_socks"`
 	TwStTlsCalls *ebpf.Map `ebpf:"tw_st_tls_calls"`
 	TwStTlsConns *ebpf.Map `ebpf:"tw_st_tls_conns"`
@@ -540,6 +554,7 @@ func (m *StreamMaps) Close() error {
 		m.TwStPorts,
 		m.TwStScratch,
 		m.TwStSk,
+		m.TwStSlots,
 		m.TwStSocks,
 		m.TwStTlsCalls,
 		m.TwStTlsConns,
@@ -573,6 +588,8 @@ type StreamVariables struct {
 	ResponseDetails       *ebpf.Variable `ebpf:"response_details"`
 	StackRegsOffset       *ebpf.Variable `ebpf:"stack_regs_offset"`
 	StateInSk             *ebpf.Variable `ebpf:"state_in_sk"`
+	StateSlotMask         *ebpf.Variable `ebpf:"state_slot_mask"`
+	StateSlots            *ebpf.Variable `ebpf:"state_slots"`
 	TlsUprobes            *ebpf.Variable `ebpf:"tls_uprobes"`
 	UnusedStreamPayload   *ebpf.Variable `ebpf:"unused_stream_payload"`
 	UnusedStreamStats     *ebpf.Variable `ebpf:"unused_stream_stats"`

@@ -344,15 +344,15 @@ type WriteStep struct {
 }
 
 // StateSteps are the modes of the steps that find a socket's state, each
-// in its own way, on top of the port test: local storage (what the
-// receiver uses) and two alternatives.
-var StateSteps = []string{"step-store", "step-hash", "step-slot"}
+// in its own way, on top of the port test: the connection's slot (the
+// receiver's with BPF atomics) and the receiver's two other ways.
+var StateSteps = []string{"step-slot", "step-store", "step-hash"}
 
 // StampSteps are the modes of the steps that find a socket's state and
 // record a write in it (the clock read and two updates), the least a
-// program that times a socket's writes does: on local storage (what the
-// receiver uses) and on the array slot, the cheapest state measured.
-var StampSteps = []string{"step-state", "step-slot-state"}
+// program that times a socket's writes does: in the connection's slot and
+// in local storage.
+var StampSteps = []string{"step-state", "step-store-state"}
 
 // WriteSteps are the steps in order; kcost runs them, the report reads
 // them back by mode and program.
@@ -361,12 +361,12 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-sk", Prog: "tw_pt_0_sk", Adds: "a load from the socket (its port, against a constant)"},
 	{Mode: "step-rodata", Prog: "tw_pt_0a_port", Adds: "the watched port, read from .rodata (not inlined)", KeepRodata: true},
 	{Mode: "step-port", Prog: "tw_pt_0a_port", Adds: "the same port test, the port inlined at load (the receiver's)"},
-	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "the socket's local storage, looked up (made on the socket's first write)"},
-	{Mode: "step-hash", Prog: "tw_pt_0b_hash", Adds: "instead of local storage: a hash map keyed by the socket's address", Base: "step-port"},
-	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "instead of local storage: an array slot picked by the connection's ports (inlined lookup, no helper call)", Base: "step-port"},
-	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-store"},
-	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the storage (the write's time, a count)"},
-	{Mode: "step-slot-state", Prog: "tw_pt_1_slot", Adds: "instead of local storage: the clock read and the same two updates on the array slot", Base: "step-slot"},
+	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "the connection's slot, found by its hash (inlined lookup, no helper call; the receiver's with BPF atomics, Linux 5.12+)"},
+	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "instead of the slot: the socket's local storage, looked up (made on the socket's first write; the receiver's where a connection's slot is held by another)", Base: "step-port"},
+	{Mode: "step-hash", Prog: "tw_pt_0b_hash", Adds: "instead of the slot: a hash map keyed by the socket's address (the receiver's for hook types without socket storage)", Base: "step-port"},
+	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-slot"},
+	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the state (the write's time, a count)"},
+	{Mode: "step-store-state", Prog: "tw_pt_1_store", Adds: "instead of the slot: the clock read and the same two updates in local storage", Base: "step-store"},
 	{Mode: "step-args-helper", Prog: "tw_pt_2_args", Adds: "the syscall's arguments, its saved registers found by bpf_task_pt_regs (Linux 5.15 to 6.1)", Base: "step-state", RegsByHelper: true},
 	{Mode: "step-args", Prog: "tw_pt_2_args", Adds: "instead: the saved registers read at the top of the task's stack, no helper call (the receiver's, Linux 6.2+)", Base: "step-state"},
 	{Mode: "step-tail", Prog: "tw_pt_3_tail", Adds: "the write's last 16 bytes, read from user memory (Linux before 6.2)"},

@@ -14,16 +14,17 @@
  *   tw_pt_0a_port   the socket's port against the watched one, a .rodata
  *                   global: run as the JIT leaves it (a load from the
  *                   map), and inlined as the receiver loads its programs
- *   tw_pt_0b_store  + the socket's local storage (made on its first write)
- *   tw_pt_0b_hash   or, instead of local storage, a hash map keyed by the
- *                   socket's address (the receiver's fallback)
- *   tw_pt_0b_slot   or an array slot picked by the connection's ports: a
- *                   lookup the JIT inlines, no helper call
+ *   tw_pt_0b_slot   + the connection's slot (the receiver's with BPF
+ *                   atomics, Linux 5.12+: stream_state.h's slot_of)
+ *   tw_pt_0b_store  or, instead of the slot, the socket's local storage
+ *                   (made on its first write): the receiver's for a
+ *                   connection whose slot another holds, and on 5.11
+ *   tw_pt_0b_hash   or a hash map keyed by the socket's address (the
+ *                   receiver's for hook types without socket storage)
  *   tw_pt_0c_clock  + a clock read
- *   tw_pt_1_state   + two updates of the storage
- *   tw_pt_1_slot    or the clock read and the same two updates on the
- *                   array slot: the least a program that times a
- *                   socket's writes does, with the cheapest state here
+ *   tw_pt_1_state   + two updates of the state
+ *   tw_pt_1_store   or the clock read and the same two updates in local
+ *                   storage
  *   tw_pt_2_args    + the syscall's arguments (its saved registers),
  *                   found as the receiver finds them on this kernel, or
  *                   by bpf_task_pt_regs as 5.15 to 6.1 do (syscall_io.h)
@@ -67,16 +68,14 @@ struct {
 	__type(value, struct part_state);
 } tw_pt_socks SEC(".maps");
 
-/* The same state in an array slot chosen by the connection's ports and
- * tagged with its addresses: an array lookup the JIT inlines (no helper
- * call), one line of the map, no collision handling. The cheapest way to
- * find per-connection state that this bench knows; not a design. */
-#define PART_SLOTS 4096
+/* The same state in the receiver's slots: picked by the connection's
+ * hash, owned by one socket at a time, 256 bytes each as the receiver's
+ * (an owner, then the state, whose first line is what a write touches). */
+#define PART_SLOTS 8192
 struct part_slot {
-	__u64 addrs;
-	__u32 ports;
-	__u32 pad;
+	__u64 owner;
 	struct part_state st;
+	__u8 pad[256 - 8 - sizeof(struct part_state)];
 };
 
 struct {
@@ -91,7 +90,8 @@ static __always_inline int watched(const struct sock *sk)
 	return sk->__sk_common.skc_num == port;
 }
 
-static __always_inline int state(struct sock *sk)
+/* store records a write in the socket's local storage. */
+static __always_inline int store(struct sock *sk)
 {
 	struct part_state *st = bpf_sk_storage_get(&tw_pt_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st)
@@ -101,23 +101,34 @@ static __always_inline int state(struct sock *sk)
 	return 0;
 }
 
-/* slot finds the connection's array slot, taking it over from another
- * connection that hashed there (no collision handling: see tw_pt_slots). */
+/* slot finds the connection's slot as stream_state.h's state_of does. The
+ * receiver claims a free slot with a compare-and-swap once per connection
+ * and frees it at the close, which no part sees: here a connection takes
+ * its slot over from whichever held it before, so that the slots of
+ * closed connections do not fill the map between rounds. */
 static __always_inline struct part_slot *slot(const struct sock *sk)
 {
-	__u32 ports = sk->__sk_common.skc_portpair;
-	__u64 addrs = sk->__sk_common.skc_addrpair;
-	__u32 i = (ports ^ (ports >> 16)) & (PART_SLOTS - 1);
+	__u32 i = sk->__sk_common.skc_hash & (PART_SLOTS - 1);
 	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_slots, &i);
 	if (!s)
 		return NULL;
-	if (s->addrs != addrs || s->ports != ports) {
-		s->addrs = addrs;
-		s->ports = ports;
+	if (s->owner != (__u64)sk) {
+		s->owner = (__u64)sk;
 		s->st.last_ns = 0;
 		s->st.writes = 0;
 	}
 	return s;
+}
+
+/* state records a write in the connection's slot. */
+static __always_inline int state(const struct sock *sk)
+{
+	struct part_slot *s = slot(sk);
+	if (!s)
+		return -1;
+	s->st.last_ns = bpf_ktime_get_ns();
+	s->st.writes++;
+	return 0;
 }
 
 /* tail reads the last 16 bytes of a write of ret bytes from its buffer
@@ -186,7 +197,7 @@ int BPF_PROG(tw_pt_0c_clock, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk))
 		return 0;
-	if (!bpf_sk_storage_get(&tw_pt_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE))
+	if (!slot(sk))
 		return 0;
 	return bpf_ktime_get_ns() & 1;
 }
@@ -200,16 +211,11 @@ int BPF_PROG(tw_pt_1_state, struct sock *sk, int ret)
 }
 
 SEC("tp_btf/sock_send_length")
-int BPF_PROG(tw_pt_1_slot, struct sock *sk, int ret)
+int BPF_PROG(tw_pt_1_store, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk))
 		return 0;
-	struct part_slot *s = slot(sk);
-	if (!s)
-		return 0;
-	s->st.last_ns = bpf_ktime_get_ns();
-	s->st.writes++;
-	return 1;
+	return store(sk);
 }
 
 SEC("tp_btf/sock_send_length")

@@ -22,10 +22,9 @@ type partsFragCalib struct {
 
 type partsPartSlot struct {
 	_     structs.HostLayout
-	Addrs uint64
-	Ports uint32
-	Pad   uint32
+	Owner uint64
 	St    partsPartState
+	Pad   [232]uint8
 }
 
 type partsPartState struct {
@@ -48,8 +47,8 @@ const (
 	partsProgTwPt0bSlot     = "tw_pt_0b_slot"
 	partsProgTwPt0bStore    = "tw_pt_0b_store"
 	partsProgTwPt0cClock    = "tw_pt_0c_clock"
-	partsProgTwPt1Slot      = "tw_pt_1_slot"
 	partsProgTwPt1State     = "tw_pt_1_state"
+	partsProgTwPt1Store     = "tw_pt_1_store"
 	partsProgTwPt2Args      = "tw_pt_2_args"
 	partsProgTwPt3Copy      = "tw_pt_3_copy"
 	partsProgTwPt3Tail      = "tw_pt_3_tail"
@@ -109,8 +108,8 @@ type partsProgramSpecs struct {
 	TwPt0bSlot  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_slot"`
 	TwPt0bStore *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
-	TwPt1Slot   *ebpf.ProgramSpec `ebpf:"tw_pt_1_slot"`
 	TwPt1State  *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
+	TwPt1Store  *ebpf.ProgramSpec `ebpf:"tw_pt_1_store"`
 	TwPt2Args   *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
 	TwPt3Copy   *ebpf.ProgramSpec `ebpf:"tw_pt_3_copy"`
 	TwPt3Tail   *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
@@ -195,8 +194,8 @@ type partsPrograms struct {
 	TwPt0bSlot  *ebpf.Program `ebpf:"tw_pt_0b_slot"`
 	TwPt0bStore *ebpf.Program `ebpf:"tw_pt_0b_store"`
 	TwPt0cClock *ebpf.Program `ebpf:"tw_pt_0c_clock"`
-	TwPt1Slot   *ebpf.Program `ebpf:"tw_pt_1_slot"`
 	TwPt1State  *ebpf.Program `ebpf:"tw_pt_1_state"`
+	TwPt1Store  *ebpf.Program `ebpf:"tw_pt_1_store"`
 	TwPt2Args   *ebpf.Program `ebpf:"tw_pt_2_args"`
 	TwPt3Copy   *ebpf.Program `ebpf:"tw_pt_3_copy"`
 	TwPt3Tail   *ebpf.Program `ebpf:"tw_pt_3_tail"`
@@ -210,8 +209,8 @@ func (p *partsPrograms) Close() error {
 		p.TwPt0bSlot,
 		p.TwPt0bStore,
 		p.TwPt0cClock,
-		p.TwPt1Slot,
 		p.TwPt1State,
+		p.TwPt1Store,
 		p.TwPt2Args,
 		p.TwPt3Copy,
 		p.TwPt3Tail,

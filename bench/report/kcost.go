@@ -347,7 +347,7 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	if len(data[[2]string{"dense", "step-tail"}]) == 0 {
 		return
 	}
-	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to local storage, to bpf_task_pt_regs and to the user read), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
+	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to the slot, to bpf_task_pt_regs and to the user read), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
 	d.p("| step | adds | dense: ns per run | dense: added | sparse: ns per run | sparse: added |\n| --- | --- | --- | --- | --- | --- |\n")
 	perRun := func(l, mode, prog string) ([]kround, spread) {
 		rs := data[[2]string{l, mode}]
@@ -410,11 +410,13 @@ func tailsNote(d *doc, data map[[2]string][]kround) {
 }
 
 // stepSavings says what the receiver's ways save against the others,
-// paired by round: reading the syscall's registers at the top of the
-// task's stack against asking bpf_task_pt_regs, and reading a write's
-// last bytes from the kernel's copy against finding its buffers and
-// reading them from user memory.
+// paired by round: the connection's slot against local storage, reading
+// the syscall's registers at the top of the task's stack against asking
+// bpf_task_pt_regs, and reading a write's last bytes from the kernel's
+// copy against finding its buffers and reading them from user memory.
 func stepSavings(d *doc, perRun func(l, mode, prog string) ([]kround, spread)) {
+	stepSaving(d, perRun, "step-store-state", "step-state",
+		"A write's time and count recorded in the connection's slot, against the socket's local storage")
 	stepSaving(d, perRun, "step-args-helper", "step-args",
 		"The syscall's registers read at the top of the task's stack, against asking bpf_task_pt_regs for them")
 	stepSaving(d, perRun, "step-tail", "step-tail-copy",

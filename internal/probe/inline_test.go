@@ -162,3 +162,45 @@ func TestInlineReadOnlyAcrossBranches(t *testing.T) {
 		}
 	}
 }
+
+// TestStripCmpXchg: every compare-and-exchange of the stream programs (the
+// slots' claim) becomes "r0 = 1", and nothing else changes.
+func TestStripCmpXchg(t *testing.T) {
+	spec, err := bpf.LoadStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	isCmpXchg := func(ins asm.Instruction) bool {
+		return ins.OpCode.Class() == asm.StXClass && ins.OpCode.Mode() == asm.AtomicMode && ins.OpCode.AtomicOp() == asm.CmpXchg
+	}
+	before := map[string]asm.Instructions{}
+	want := 0
+	for name, p := range spec.Programs {
+		before[name] = slices.Clone(p.Instructions)
+		for _, ins := range p.Instructions {
+			if isCmpXchg(ins) {
+				want++
+			}
+		}
+	}
+	if want == 0 {
+		t.Fatal("the stream programs have no compare-and-exchange")
+	}
+	if n := StripCmpXchg(spec); n != want {
+		t.Fatalf("rewrote %d, want %d", n, want)
+	}
+	for name, p := range spec.Programs {
+		for i, ins := range p.Instructions {
+			was := before[name][i]
+			switch {
+			case isCmpXchg(was):
+				if ins.OpCode != asm.Mov.Op(asm.ImmSource) || ins.Dst != asm.R0 || ins.Constant != 1 {
+					t.Errorf("%s[%d]: %v, want r0 = 1", name, i, ins)
+				}
+			case ins.OpCode != was.OpCode || ins.Dst != was.Dst || ins.Src != was.Src ||
+				ins.Offset != was.Offset || ins.Constant != was.Constant:
+				t.Errorf("%s[%d]: %v became %v", name, i, was, ins)
+			}
+		}
+	}
+}

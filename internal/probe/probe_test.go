@@ -2,12 +2,14 @@ package probe
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bpf"
 	"github.com/tokenwire/tokenwire/internal/bpftest"
@@ -75,5 +77,24 @@ func TestCheckRefusesBeforeLoading(t *testing.T) {
 	if c.Kind != hook.Kprobe || len(c.Refused) != 1 ||
 		c.Refused[0].Err.Error() != "this kernel has no tracepoint sock:no_such_tracepoint" {
 		t.Fatalf("choice %s; want tp_btf refused for the missing tracepoint, then the next type", c.Summary())
+	}
+}
+
+// TestHaveAtomics: the probe answers as the kernel's version says, on the
+// kernels of the matrix (BPF atomics came with Linux 5.12).
+func TestHaveAtomics(t *testing.T) {
+	bpftest.Require(t)
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	release := unix.ByteSliceToString(uts.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("kernel release %q: %v", release, err)
+	}
+	want := major > 5 || major == 5 && minor >= 12
+	if got := HaveAtomics(); got != want {
+		t.Fatalf("HaveAtomics() = %v on Linux %s, want %v", got, release, want)
 	}
 }

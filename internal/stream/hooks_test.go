@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/probe"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
@@ -28,7 +29,7 @@ import (
 func TestEveryHookType(t *testing.T) {
 	bpftest.RequireTracefs(t)
 	expected := bpftest.ExpectedHooks(t)
-	type variant struct{ regsByHelper, tailByUser, stackRegs, stateInMap bool }
+	type variant struct{ regsByHelper, tailByUser, stackRegs, stateInMap, noSlots bool }
 	for _, k := range hook.DefaultOrder {
 		variants := []variant{{}}
 		if RegsByCast() {
@@ -42,6 +43,9 @@ func TestEveryHookType(t *testing.T) {
 		}
 		if len(typedPrefix([]hook.Kind{k})) > 0 {
 			variants = append(variants, variant{stateInMap: true})
+			if probe.HaveAtomics() {
+				variants = append(variants, variant{noSlots: true})
+			}
 		}
 		for _, v := range variants {
 			stackRegs := v.stackRegs
@@ -52,6 +56,9 @@ func TestEveryHookType(t *testing.T) {
 			if v.tailByUser {
 				name = fmt.Sprintf("%s/tailByUser", k)
 			}
+			if v.noSlots {
+				name = fmt.Sprintf("%s/noSlots", k)
+			}
 			t.Run(name, func(t *testing.T) {
 				srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 5, HeadersFirst: true}
 				addr, port := serve(t, srv)
@@ -61,6 +68,7 @@ func TestEveryHookType(t *testing.T) {
 				cfg.regsByHelper = v.regsByHelper
 				cfg.tailByUser = v.tailByUser
 				cfg.stateInMap = v.stateInMap
+				cfg.noSlots = v.noSlots
 				tr, err := Open(cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -129,7 +137,10 @@ func TestHooksInUse(t *testing.T) {
 	// attached (socket storage for BTF-typed ones, from 5.11): the matrix
 	// shows it as a row of its hook table.
 	storage := "map"
-	if strings.HasPrefix(tr.StateStorage(), "socket storage") {
+	switch {
+	case tr.inSlots:
+		storage = "slots"
+	case strings.HasPrefix(tr.StateStorage(), "socket storage"):
 		storage = "socket_storage"
 	}
 	t.Logf("HOOKS capability=stream point=state_storage kind=%s", storage)

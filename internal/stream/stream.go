@@ -92,6 +92,13 @@ type Config struct {
 	// stateInMap keeps per-connection state in the map even where socket
 	// storage works (tests: the way untyped hook types and 5.10 need).
 	stateInMap bool
+	// noSlots keeps every connection's state in socket storage even
+	// where the kernel has the atomics slots need (tests: the way a
+	// connection whose slot another holds goes, and 5.11).
+	noSlots bool
+	// stateSlots is how many slots tw_st_slots has, a power of two;
+	// 0: defaultStateSlots (tests: 1, so that connections share one).
+	stateSlots uint32
 	// tlsPerfLinks attaches the TLS uprobes with one perf-event link each
 	// even where uprobe_multi links work (tests: the way kernels before
 	// 6.6 need).
@@ -117,6 +124,8 @@ type Tracer struct {
 	// why not, when it was tried.
 	inSocket  bool
 	mapReason error
+	// inSlots: with inSocket, most connections' state is in tw_st_slots.
+	inSlots bool
 	// tailReason says why the programs read write tails from the
 	// writer's memory; nil when they read the kernel's copy.
 	tailReason error
@@ -152,7 +161,7 @@ func (t *Tracer) open(cfg Config) error {
 	if typed := typedPrefix(cfg.HookOrder); len(typed) > 0 && !cfg.stateInMap {
 		err := t.attach(cfg, true, typed)
 		if err == nil {
-			t.inSocket, attached = true, true
+			t.inSocket, t.inSlots, attached = true, useSlots(cfg), true
 		} else {
 			t.release()
 			t.mapReason = err
@@ -172,6 +181,18 @@ func (t *Tracer) open(cfg Config) error {
 	return nil
 }
 
+// defaultStateSlots is how many connections can keep their state in a
+// slot at once (256 bytes each, 2 MiB in all); connections beyond them,
+// and those whose slot another holds, keep it in socket storage.
+const defaultStateSlots = 8192
+
+// useSlots says whether connections keep their state in tw_st_slots
+// (with socket storage): they claim a slot with an atomic
+// compare-and-exchange.
+func useSlots(cfg Config) bool {
+	return !cfg.noSlots && probe.HaveAtomics()
+}
+
 // typedPrefix returns the BTF-typed hook types at the head of order.
 func typedPrefix(order []hook.Kind) []hook.Kind {
 	for i, k := range order {
@@ -189,6 +210,9 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 	if err != nil {
 		return err
 	}
+	if !probe.HaveAtomics() {
+		probe.StripCmpXchg(spec) // the slots' claim, off here (useSlots)
+	}
 	recvArgs, recvErr := recvmsgArgs()
 	spec.Maps["tw_st_socks"].MaxEntries = cfg.MaxSockets
 	if inSocket && !cfg.TLS.Enabled {
@@ -196,6 +220,15 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		// there from socket storage.
 		spec.Maps["tw_st_socks"].MaxEntries = 1
 	}
+	slots := inSocket && useSlots(cfg)
+	nSlots := uint32(1)
+	if slots {
+		nSlots = cmp.Or(cfg.stateSlots, defaultStateSlots)
+		if nSlots&(nSlots-1) != 0 {
+			return fmt.Errorf("state slots: %d is not a power of two", nSlots)
+		}
+	}
+	spec.Maps["tw_st_slots"].MaxEntries = nSlots
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
 	fragBase := t.tailSource(cfg)
 	var bounds [GapBuckets - 1]uint64
@@ -222,6 +255,8 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"regs_by_cast":        boolByte(RegsByCast() && !cfg.stackRegs && !cfg.regsByHelper),
 		"frag_va_base":        fragBase,
 		"state_in_sk":         boolByte(inSocket),
+		"state_slots":         boolByte(slots),
+		"state_slot_mask":     nSlots - 1,
 		"request_capture_max": cmp.Or(cfg.RequestCaptureBytes, 1024),
 		"response_details":    boolByte(!cfg.NoResponseBodies),
 		"tls_uprobes":         boolByte(cfg.TLS.Enabled),
@@ -256,6 +291,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"tw_st_ports":    t.maps.TwStPorts,
 		"tw_st_sk":       t.maps.TwStSk,
 		"tw_st_socks":    t.maps.TwStSocks,
+		"tw_st_slots":    t.maps.TwStSlots,
 		"tw_st_events":   t.maps.TwStEvents,
 		"tw_st_counters": t.maps.TwStCounters,
 		"tw_st_calls":    t.maps.TwStCalls,
@@ -295,6 +331,9 @@ func (t *Tracer) openReader() error {
 // StateStorage says where the kernel keeps per-connection state, for the
 // startup log: socket-local storage, or the bounded map and why.
 func (t *Tracer) StateStorage() string {
+	if t.inSlots {
+		return "socket storage, behind slots"
+	}
 	if t.inSocket {
 		return "socket storage"
 	}
