@@ -199,6 +199,15 @@ static __always_inline struct stream_state *state_of(const struct sock *sk)
 	return bpf_map_lookup_elem(&tw_st_socks, &key);
 }
 
+/* reset_stale clears the state an earlier socket at this address left
+ * when it closed without the probe seeing it: it is not this
+ * connection's. */
+static __always_inline void reset_stale(struct stream_state *st)
+{
+	count(&tw_st_counters, TW_ST_COUNTER_STALE);
+	__builtin_memset(st, 0, sizeof(*st));
+}
+
 /* track returns the socket's state, making it when the connection is new
  * to the probe (the one insert per connection), or NULL when there is no
  * room (counted). */
@@ -211,15 +220,17 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 		if (s) {
 			__u64 owner = __sync_val_compare_and_swap(&s->owner, 0, (__u64)sk);
 			st = &s->st;
-			if (owner == 0)
-				goto fresh; /* freed slots are zeroed (forget) */
+			if (owner == 0) {
+				/* Zeroed at the close too (forget), but a write of
+				 * the closed connection that found its slot just
+				 * before may have landed since. */
+				__builtin_memset(st, 0, sizeof(*st));
+				goto fresh;
+			}
 			if (owner == (__u64)sk) {
 				if (st->portpair == portpair)
 					return st; /* tracked by another CPU just now */
-				/* An earlier socket at this address closed without
-				 * the probe seeing it. */
-				count(&tw_st_counters, TW_ST_COUNTER_STALE);
-				__builtin_memset(st, 0, sizeof(*st));
+				reset_stale(st);
 				goto fresh;
 			}
 		}
@@ -236,11 +247,7 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 		if (st && st->portpair == portpair)
 			return st;
 		if (st) {
-			/* An earlier socket at this address closed without the
-			 * probe seeing it: its state is not this connection's. */
-			count(&tw_st_counters, TW_ST_COUNTER_STALE);
-			struct stream_state fresh = {};
-			*st = fresh;
+			reset_stale(st);
 		} else {
 			struct stream_state fresh = {};
 			if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0 ||

@@ -207,6 +207,15 @@ const noDetails = `receivers:
       response_details: false
 `
 
+// noSlots is the overlay of mode noslots: the default pipeline with every
+// connection's state in socket storage, so that the difference from mode
+// tokenwire is what the state slots save the real programs.
+const noSlots = `receivers:
+  tokenwire:
+    streams:
+      state_slots: 0
+`
+
 // noTLS is the overlay of mode notls: the default pipeline without the TLS
 // uprobes, so that TLS streams are timed from record headers and the
 // difference from mode tokenwire is what reading their plaintext costs.
@@ -236,7 +245,8 @@ func bystander() (string, error) {
 }
 
 // measure runs one load with tokenwire's collector (mode tokenwire;
-// nodetails without response details; notls without the TLS uprobes;
+// nodetails without response details; noslots without the state slots;
+// notls without the TLS uprobes;
 // bystander with system-wide ones that do not read the server), with
 // the floor programs attached (floor) or one of the write program's parts
 // (step-*), and returns each program's runs and
@@ -245,8 +255,8 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 	var before func() (map[uint32]benchutil.ProgStat, error)
 	tails := func() (float64, error) { return -1, nil }
 	switch mode {
-	case "tokenwire", "nodetails", "notls", "bystander":
-		coll.Overlay = map[string]string{"nodetails": noDetails, "notls": noTLS}[mode]
+	case "tokenwire", "nodetails", "noslots", "notls", "bystander":
+		coll.Overlay = map[string]string{"nodetails": noDetails, "noslots": noSlots, "notls": noTLS}[mode]
 		if mode == "bystander" {
 			var err error
 			if coll.Overlay, err = bystander(); err != nil {

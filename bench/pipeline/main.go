@@ -197,7 +197,7 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 	// The real tracer, watching a port nothing uses: its programs are
 	// attached but idle; only the producer writes into its ring.
 	tr, err := stream.Open(stream.Config{
-		Ports: []uint16{9}, MaxSockets: 1024, RingBufferBytes: uint32(ringBytes),
+		Ports: []uint16{9}, MaxSockets: 1024, StateSlots: stream.DefaultStateSlots, RingBufferBytes: uint32(ringBytes),
 		HookOrder: hook.DefaultOrder, Coalesce: 500 * time.Microsecond, FlushInterval: time.Second,
 		GapBounds: stream.DefaultGapBounds,
 	})

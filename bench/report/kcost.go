@@ -173,6 +173,7 @@ func kcostSection(d *doc) error {
 			totals[l].f(0)+" ns", atMost(totals[l], 250)+floorNote(floors[l]), "1")
 	}
 	writeParts(d, data)
+	slotsCost(d, data)
 	detailsCost(d, data)
 	for _, tl := range tlsLoads {
 		tlsCost(d, data, tl, meta.Params[tl.load])
@@ -339,6 +340,39 @@ func detailsCost(d *doc, data map[[2]string][]kround) {
 	d.p("\n")
 }
 
+// slotsCost compares, round by round, the collector as configured (its
+// connections' state in slots where the kernel allows) against the same
+// collector with streams.state_slots 0 (socket storage alone): what the
+// slots save the real write program per run, and all programs per chunk.
+func slotsCost(d *doc, data map[[2]string][]kround) {
+	if len(data[[2]string{"dense", "noslots"}]) == 0 && len(data[[2]string{"sparse", "noslots"}]) == 0 {
+		return
+	}
+	d.p("The state slots (`streams.state_slots`, 8192 by default) against the same collector with `state_slots: 0`, every connection's state in socket storage, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk.\n\n")
+	d.p("| load | write program: slots | socket storage | saved per run | all programs: slots | socket storage | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, l := range []string{"dense", "sparse"} {
+		tw, ns := data[[2]string{l, "tokenwire"}], data[[2]string{l, "noslots"}]
+		p := writeProg(tw)
+		if len(tw) == 0 || len(ns) == 0 || p == "" {
+			continue
+		}
+		run := func(r kround) float64 { return hookNsPerRun(r, p) }
+		saved := byRound(ns, tw, func(x, y kround) float64 { return run(x) - run(y) })
+		savedChunk := byRound(ns, tw, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
+		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, each(tw, run).f(0), each(ns, run).f(0), saved.f(0), everyRound(saved),
+			each(tw, kround.perChunk).f(0), each(ns, kround.perChunk).f(0), savedChunk.f(0), everyRound(savedChunk))
+	}
+	d.p("\n")
+}
+
+// everyRound says whether a saving held in every round.
+func everyRound(saved spread) string {
+	if saved.complete() && saved.Min > 0 {
+		return "in every round"
+	}
+	return "not in every round"
+}
+
 // writeParts takes the write program apart: each step of
 // bench/kcost/parts.bpf.c ran alone on sock_send_length in its own mode,
 // in every round; tokenwire's write program comes from the tokenwire
@@ -435,11 +469,7 @@ func stepSaving(d *doc, perRun func(l, mode, prog string) ([]kround, spread), fr
 			return
 		}
 		saved := byRound(as, bs, func(x, y kround) float64 { return hookNsPerRun(x, a.Prog) - hookNsPerRun(y, b.Prog) })
-		where := "not in every round"
-		if saved.complete() && saved.Min > 0 {
-			where = "in every round"
-		}
-		parts = append(parts, fmt.Sprintf("%s %s ns per run (%s)", l, saved.f(0), where))
+		parts = append(parts, fmt.Sprintf("%s %s ns per run (%s)", l, saved.f(0), everyRound(saved)))
 	}
 	d.p("%s saved (paired by round): %s.\n\n", what, strings.Join(parts, "; "))
 }

@@ -69,7 +69,7 @@ func client(addr, id string) (sent time.Time, arrivals []time.Time, err error) {
 
 func openTracer(port uint16, chunkRecords bool) (*stream.Tracer, error) {
 	return stream.Open(stream.Config{
-		Ports: []uint16{port}, MaxSockets: 16384, RingBufferBytes: 8 << 20,
+		Ports: []uint16{port}, MaxSockets: 16384, StateSlots: stream.DefaultStateSlots, RingBufferBytes: 8 << 20,
 		HookOrder: hook.DefaultOrder, Coalesce: 500 * time.Microsecond,
 		FlushInterval: time.Second, ChunkRecords: chunkRecords, GapBounds: stream.DefaultGapBounds,
 	})

@@ -10,7 +10,8 @@ import (
 // HaveAtomics reports whether the kernel's verifier takes BPF's atomic
 // compare-and-exchange (Linux 5.12+), by loading a socket filter that
 // does one on its stack. Programs that claim a shared slot with it keep
-// the instruction in a branch a .rodata flag turns off elsewhere.
+// the instruction in a branch a .rodata flag turns off elsewhere, and must
+// lose it before load where it is refused (StripCmpXchg).
 var HaveAtomics = sync.OnceValue(func() bool {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:    ebpf.SocketFilter,

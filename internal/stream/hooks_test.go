@@ -68,7 +68,9 @@ func TestEveryHookType(t *testing.T) {
 				cfg.regsByHelper = v.regsByHelper
 				cfg.tailByUser = v.tailByUser
 				cfg.stateInMap = v.stateInMap
-				cfg.noSlots = v.noSlots
+				if v.noSlots {
+					cfg.StateSlots = 0
+				}
 				tr, err := Open(cfg)
 				if err != nil {
 					t.Fatal(err)

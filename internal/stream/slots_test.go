@@ -34,13 +34,13 @@ func TestStateSlots(t *testing.T) {
 		t.Logf("no BPF atomics here: state in %s", tr.StateStorage())
 		return
 	}
-	for _, slots := range []uint32{1, defaultStateSlots} {
+	for _, slots := range []uint32{1, DefaultStateSlots} {
 		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
 			const concurrent, sequential, events = 40, 10, 6
 			srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 10 * time.Millisecond, Events: events, HeadersFirst: true}
 			addr, port := serve(t, srv)
 			cfg := testConfig(port)
-			cfg.stateSlots = slots
+			cfg.StateSlots = slots
 			tr, err := Open(cfg)
 			if err != nil {
 				t.Fatal(err)

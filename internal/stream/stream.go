@@ -47,6 +47,12 @@ type Config struct {
 	Ports []uint16
 	// MaxSockets bounds the per-socket state map (LRU).
 	MaxSockets uint32
+	// StateSlots is how many connections can keep their state in a slot
+	// at once, where the state is in socket storage and the kernel has
+	// BPF atomics: a power of two (DefaultStateSlots), or 0 for socket
+	// storage alone. Connections beyond them, and those whose slot
+	// another holds, keep it in socket storage.
+	StateSlots uint32
 	// RingBufferBytes is the ring buffer's size (power of two, >= page).
 	RingBufferBytes uint32
 	// HookOrder lists the hook types to try, in order.
@@ -92,13 +98,6 @@ type Config struct {
 	// stateInMap keeps per-connection state in the map even where socket
 	// storage works (tests: the way untyped hook types and 5.10 need).
 	stateInMap bool
-	// noSlots keeps every connection's state in socket storage even
-	// where the kernel has the atomics slots need (tests: the way a
-	// connection whose slot another holds goes, and 5.11).
-	noSlots bool
-	// stateSlots is how many slots tw_st_slots has, a power of two;
-	// 0: defaultStateSlots (tests: 1, so that connections share one).
-	stateSlots uint32
 	// tlsPerfLinks attaches the TLS uprobes with one perf-event link each
 	// even where uprobe_multi links work (tests: the way kernels before
 	// 6.6 need).
@@ -181,16 +180,18 @@ func (t *Tracer) open(cfg Config) error {
 	return nil
 }
 
-// defaultStateSlots is how many connections can keep their state in a
-// slot at once (256 bytes each, 2 MiB in all); connections beyond them,
-// and those whose slot another holds, keep it in socket storage.
-const defaultStateSlots = 8192
+// DefaultStateSlots is Config.StateSlots' usual value: 8192 slots of 256
+// bytes, 2 MiB in all.
+const DefaultStateSlots = 8192
+
+// MaxStateSlots bounds Config.StateSlots: 256 MiB of slots.
+const MaxStateSlots = 1 << 20
 
 // useSlots says whether connections keep their state in tw_st_slots
 // (with socket storage): they claim a slot with an atomic
 // compare-and-exchange.
 func useSlots(cfg Config) bool {
-	return !cfg.noSlots && probe.HaveAtomics()
+	return cfg.StateSlots > 0 && probe.HaveAtomics()
 }
 
 // typedPrefix returns the BTF-typed hook types at the head of order.
@@ -220,13 +221,13 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		// there from socket storage.
 		spec.Maps["tw_st_socks"].MaxEntries = 1
 	}
+	if n := cfg.StateSlots; n&(n-1) != 0 || n > MaxStateSlots {
+		return fmt.Errorf("state slots: %d is not 0 or a power of two up to %d", n, MaxStateSlots)
+	}
 	slots := inSocket && useSlots(cfg)
 	nSlots := uint32(1)
 	if slots {
-		nSlots = cmp.Or(cfg.stateSlots, defaultStateSlots)
-		if nSlots&(nSlots-1) != 0 {
-			return fmt.Errorf("state slots: %d is not a power of two", nSlots)
-		}
+		nSlots = cfg.StateSlots
 	}
 	spec.Maps["tw_st_slots"].MaxEntries = nSlots
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes

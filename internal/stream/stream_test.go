@@ -45,6 +45,7 @@ func testConfig(ports ...uint16) Config {
 	return Config{
 		Ports:           ports,
 		MaxSockets:      16384,
+		StateSlots:      DefaultStateSlots,
 		RingBufferBytes: 4 << 20,
 		HookOrder:       bpftest.HookOrder(),
 		Coalesce:        500 * time.Microsecond,

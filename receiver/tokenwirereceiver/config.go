@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/hook"
+	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/xdp"
 	"github.com/tokenwire/tokenwire/receiver/tokenwirereceiver/internal/metadata"
 )
@@ -148,6 +149,7 @@ func createDefaultConfig() *Config {
 			Enabled:         true,
 			Ports:           []int{8000, 11434, 8080},
 			MaxSockets:      16384,
+			StateSlots:      stream.DefaultStateSlots,
 			Coalesce:        500 * time.Microsecond,
 			FlushInterval:   time.Second,
 			MaxPaths:        100,

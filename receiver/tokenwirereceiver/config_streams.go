@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokenwire/tokenwire/internal/stream"
 	"github.com/tokenwire/tokenwire/internal/streamagg"
 )
 
@@ -47,6 +48,13 @@ type StreamsConfig struct {
 	// MaxSockets bounds the kernel's per-socket state (LRU) and the
 	// receiver's table of open streams.
 	MaxSockets int `mapstructure:"max_sockets"`
+	// StateSlots is how many connections can keep their kernel state in
+	// a preallocated slot (256 bytes each) rather than in socket storage,
+	// which costs the write program a helper call per chunk: a power of
+	// two up to 1,048,576, or 0 for socket storage alone. Used where the
+	// state is in socket storage and the kernel has BPF atomics (5.12+);
+	// connections beyond them keep theirs in socket storage.
+	StateSlots int `mapstructure:"state_slots"`
 	// Coalesce joins writes closer together than this into one chunk (a
 	// server that writes an event's framing and data separately).
 	Coalesce time.Duration `mapstructure:"coalesce"`
@@ -135,6 +143,9 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	}
 	if n := s.MaxSockets; n <= 0 || n > 1<<24 {
 		errs = append(errs, fmt.Errorf("streams.max_sockets: must be between 1 and %d, got %d", 1<<24, n))
+	}
+	if n := s.StateSlots; n < 0 || n > stream.MaxStateSlots || n&(n-1) != 0 {
+		errs = append(errs, fmt.Errorf("streams.state_slots: must be 0 or a power of two up to %d, got %d", stream.MaxStateSlots, n))
 	}
 	if s.Coalesce < 0 || s.Coalesce > 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("streams.coalesce: must be between 0 and 100ms, got %v", s.Coalesce))

@@ -42,7 +42,7 @@ func TestLoadConfig(t *testing.T) {
 				c := createDefaultConfig()
 				c.Streams = StreamsConfig{
 					Enabled: true, Ports: []int{8000}, Pids: []int{1234}, ProcessNames: []string{"vllm"},
-					MaxSockets: 2048, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
+					MaxSockets: 2048, StateSlots: 0, Coalesce: time.Millisecond, FlushInterval: 2 * time.Second,
 					MaxPaths: 10, MaxModels: 5, Spans: false, MaxPendingSpans: 1000, IdleTimeout: 30 * time.Second,
 					Routes: []string{"/v1/models/{model}:generate"}, MaxSeries: 300, SeriesExpiry: time.Hour, TraceParent: TraceParentLink,
 					RequestCapture: 128 << 10, ResponseDetails: false, ClientAddress: false, Providers: map[string]string{"8000": "vllm"},
@@ -172,6 +172,9 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"bad pid", func(c *Config) { c.Streams.Pids = []int{0} }, "streams.pids[0]: 0 is not a process id"},
 		{"empty process name", func(c *Config) { c.Streams.ProcessNames = []string{""} }, "streams.process_names[0]: empty name"},
 		{"zero stream sockets", func(c *Config) { c.Streams.MaxSockets = 0 }, "streams.max_sockets: must be between 1"},
+		{"state slots not a power of two", func(c *Config) { c.Streams.StateSlots = 1000 }, "streams.state_slots: must be 0 or a power of two up to 1048576, got 1000"},
+		{"negative state slots", func(c *Config) { c.Streams.StateSlots = -8 }, "streams.state_slots: must be 0 or a power of two up to 1048576, got -8"},
+		{"huge state slots", func(c *Config) { c.Streams.StateSlots = 1 << 21 }, "streams.state_slots: must be 0 or a power of two up to 1048576, got 2097152"},
 		{"negative coalesce", func(c *Config) { c.Streams.Coalesce = -time.Millisecond }, "streams.coalesce: must be between 0 and 100ms"},
 		{"huge coalesce", func(c *Config) { c.Streams.Coalesce = time.Second }, "streams.coalesce: must be between 0 and 100ms"},
 		{"zero flush", func(c *Config) { c.Streams.FlushInterval = 0 }, "streams.flush_interval: must be positive"},

@@ -28,6 +28,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 	tr, err := open(stream.Config{
 		Ports:           toPorts(r.cfg.Streams.Ports),
 		MaxSockets:      uint32(r.cfg.Streams.MaxSockets),
+		StateSlots:      uint32(r.cfg.Streams.StateSlots),
 		RingBufferBytes: uint32(r.cfg.RingBufferSize),
 		HookOrder:       r.cfg.hookOrder(),
 		Coalesce:        r.cfg.Streams.Coalesce,
