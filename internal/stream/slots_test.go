@@ -133,3 +133,32 @@ func heldSlots(t *testing.T, tr *Tracer) []string {
 	}
 	return held
 }
+
+// TestStateSlotsSized: StateSlots 0 keeps every connection's state in
+// socket storage, and a count that is not a power of two, or above
+// MaxStateSlots, is refused before anything loads.
+func TestStateSlotsSized(t *testing.T) {
+	bpftest.Require(t)
+	cfg := testConfig(1)
+	cfg.StateSlots = 0
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tr.StateStorage()
+	tr.Close()
+	if got != "socket storage" && !strings.HasPrefix(got, "map") {
+		t.Fatalf("state_slots 0: state in %q, want socket storage (or the map, without typed hooks)", got)
+	}
+	for _, n := range []uint32{1000, MaxStateSlots * 2} {
+		cfg.StateSlots = n
+		tr, err := Open(cfg)
+		if err == nil {
+			tr.Close()
+			t.Fatalf("state slots %d: opened", n)
+		}
+		if want := fmt.Sprintf("state slots: %d is not 0 or a power of two up to %d", n, MaxStateSlots); err.Error() != want {
+			t.Fatalf("state slots %d: %q, want %q", n, err, want)
+		}
+	}
+}
