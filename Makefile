@@ -200,7 +200,7 @@ KERNELS_JOBS ?= 3
 
 .PHONY: kernels
 
-## kernels: boot each kernel pinned in kernels/kernels.json under qemu and run the BPF suites there (the stream and handshake probes' hook-dependent tests once per hook type), and natively; writes kernels/results/matrix.{md,json}, docs/kernels.md and the README's kernel table, and fails if any cell fails (root; about 28 min on 2 cores, at most 36)
+## kernels: boot each kernel pinned in kernels/kernels.json under qemu and run the BPF suites there (the stream and handshake probes' hook-dependent tests once per hook type), and natively; writes kernels/results/matrix.{md,json}, docs/kernels.md and the README's kernel table, and fails if any cell fails (root; about 28-33 min on 2 cores, at most 46)
 kernels: deps
 	@missing=(); \
 	for p in $(KERNELS_APT_PACKAGES); do \
