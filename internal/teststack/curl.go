@@ -21,6 +21,8 @@ type CurlResult struct {
 	// EventNS is when curl wrote out each SSE data line but [DONE]
 	// (MonotonicNow): curl -N writes what each read brought at once.
 	EventNS []uint64
+	// DoneNS is when curl wrote out the data: [DONE] line, 0 if none came.
+	DoneNS uint64
 }
 
 // eventStamps is curl's stdout: it keeps the body and stamps each SSE
@@ -29,6 +31,7 @@ type eventStamps struct {
 	body    bytes.Buffer
 	line    []byte
 	eventNS []uint64
+	doneNS  uint64
 }
 
 func (e *eventStamps) Write(p []byte) (int, error) {
@@ -41,6 +44,8 @@ func (e *eventStamps) Write(p []byte) (int, error) {
 		}
 		if IsEventLine(string(e.line)) {
 			e.eventNS = append(e.eventNS, now)
+		} else if IsDoneLine(string(e.line)) {
+			e.doneNS = now
 		}
 		e.line = e.line[:0]
 	}
@@ -80,7 +85,7 @@ func CurlWith(ctx context.Context, opts CurlOptions, url, body string) (CurlResu
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	res := CurlResult{Body: stdout.body.Bytes(), EventNS: stdout.eventNS}
+	res := CurlResult{Body: stdout.body.Bytes(), EventNS: stdout.eventNS, DoneNS: stdout.doneNS}
 	if err != nil {
 		return res, fmt.Errorf("curl %s: %v: %s", url, err, stderr.String())
 	}

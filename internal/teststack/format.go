@@ -18,6 +18,12 @@ func IsEventLine(line string) bool {
 	return strings.HasPrefix(l, "data:") && l != strings.TrimSpace(DoneEvent)
 }
 
+// IsDoneLine reports whether line is the data: [DONE] line that ends an
+// OpenAI-style stream.
+func IsDoneLine(line string) bool {
+	return strings.TrimSpace(line) == strings.TrimSpace(DoneEvent)
+}
+
 // TokenEvent is a small SSE event: data: {"token":"t<i>"}.
 func TokenEvent(i int) string {
 	return fmt.Sprintf("data: {\"token\":\"t%d\"}\n\n", i)

@@ -385,11 +385,11 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 			s.stop()
 			require.EqualValues(t, opaqueConns, conns["mode=opaque"], "%v", conns)
 			require.Zero(t, conns["mode=tls"], "%v", conns)
-			var waits []time.Duration
+			var calls []clientCall
 			for _, r := range runs {
-				waits = append(waits, r.firstEvent.Sub(r.sent))
+				calls = append(calls, clientCall{wait: r.firstEvent.Sub(r.sent), eventNS: r.eventNS, doneNS: r.doneNS})
 			}
-			checkOpaqueClientCalls(t, clientSpans(t, s.traces), "localhost", srv.Port, waits)
+			checkOpaqueClientCalls(t, clientSpans(t, s.traces), "localhost", srv.Port, calls)
 		})
 	}
 	t.Run("curl/tls off", func(t *testing.T) {
@@ -401,7 +401,7 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 		s := startTLSReceiver(t, cfg)
 
 		const runs = 3
-		var waits []time.Duration
+		var calls []clientCall
 		for range runs {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			res, err := teststack.CurlWith(ctx, teststack.CurlOptions{CACert: cert.CertFile}, srv.URL+"/v1/chat/completions",
@@ -409,12 +409,12 @@ func TestTLSClientCallsTimedFromRecords(t *testing.T) {
 			cancel()
 			require.NoError(t, err)
 			require.Equal(t, 200, res.Status)
-			waits = append(waits, res.TTFB)
+			calls = append(calls, clientCall{wait: res.TTFB, eventNS: res.EventNS, doneNS: res.DoneNS})
 		}
 		require.Eventually(t, func() bool { return s.traces.SpanCount() >= runs }, 10*time.Second, 20*time.Millisecond)
 		time.Sleep(1200 * time.Millisecond)
 		s.stop()
-		checkOpaqueClientCalls(t, clientSpans(t, s.traces), "127.0.0.1", srv.Port, waits)
+		checkOpaqueClientCalls(t, clientSpans(t, s.traces), "127.0.0.1", srv.Port, calls)
 	})
 	// Node writes its Finished with its first request, Python right
 	// before it; Node reads both tickets at once, Python's socket BIO a
@@ -473,17 +473,27 @@ func opaqueScriptCalls(t *testing.T, s *tlsReceiver, run func(ctx context.Contex
 // at a time).
 const clientEventInterval = 50 * time.Millisecond
 
+// clientCall is what a client saw of one call: how long it waited from
+// sending its request to its first event, and when each event and [DONE]
+// reached it, in MonotonicNow's nanoseconds.
+type clientCall struct {
+	wait    time.Duration
+	eventNS []uint64
+	doneNS  uint64
+}
+
 // checkOpaqueClientCalls checks the spans of calls to the Go SSE server
 // at address (the server name the clients asked for, else its IP) and
-// port, timed from their TLS records, against what the clients waited
-// for their first event (in the order they called): one span each, named
-// "call {port}"; chunks the events and [DONE], and the chunked
+// port, timed from their TLS records, against what the clients saw (in the
+// order they called): one span each, named "call {port}"; a chunk per
+// read of the events and [DONE] (one per event unless the client,
+// descheduled, read some at once: requireClientChunks), and the chunked
 // terminator's own when it was read apart from them; the time to first
 // chunk at least the server's think time (it writes the head with the
 // first event; less clientTTFCFloor's slack) and at most the client's wait.
-func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, address string, port int, waits []time.Duration) {
+func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, address string, port int, calls []clientCall) {
 	t.Helper()
-	require.Len(t, spans, len(waits))
+	require.Len(t, spans, len(calls))
 	slices.SortFunc(spans, func(a, b ptrace.Span) int { return cmp.Compare(a.StartTimestamp(), b.StartTimestamp()) })
 	for i, sp := range spans {
 		a := sp.Attributes().AsRaw()
@@ -491,11 +501,17 @@ func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, address string, p
 		require.Equal(t, fmt.Sprintf("call %d", port), sp.Name())
 		require.Equal(t, address, a[genai.AttrServerAddress])
 		require.EqualValues(t, port, a[genai.AttrServerPort])
+		msg := fmt.Sprintf("call %d", i)
+		require.Len(t, calls[i].eventNS, tlsEvents, "%s: the client's events", msg)
+		require.NotZero(t, calls[i].doneNS, "%s: the client got no [DONE]", msg)
 		chunks := a["tokenwire.stream.chunks"].(int64)
-		require.True(t, chunks == tlsEvents+1 || chunks == tlsEvents+2, "call %d: %d chunks, want the events and [DONE], and the terminator's own", i, chunks)
+		// The server writes [DONE] an interval after the last event.
+		lo, hi := teststack.ChunkRange(t, msg, append(slices.Clone(calls[i].eventNS), calls[i].doneNS), clientEventInterval)
+		require.True(t, chunks >= int64(lo) && chunks <= int64(hi)+1,
+			"%s: %d chunks, want the client's reads of the events and [DONE] (%d to %d), and the terminator's own", msg, chunks, lo, hi)
 		ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
-		t.Logf("call %d: %d chunks, time to first chunk %v, the client's wait %v", i, chunks, ttfc, waits[i])
+		t.Logf("%s: %d chunks, time to first chunk %v, the client's wait %v", msg, chunks, ttfc, calls[i].wait)
 		require.GreaterOrEqual(t, ttfc, clientTTFCFloor(tlsThink, "opaque"))
-		require.LessOrEqual(t, ttfc, waits[i])
+		require.LessOrEqual(t, ttfc, calls[i].wait)
 	}
 }

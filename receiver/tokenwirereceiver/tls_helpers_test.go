@@ -133,6 +133,7 @@ func (s *tlsReceiver) telemetryPoints(t *testing.T, name string) map[string]int6
 type tlsRun struct {
 	sent, firstEvent time.Time
 	eventNS          []uint64 // when each event but [DONE] arrived (teststack.MonotonicNow)
+	doneNS           uint64   // when [DONE] arrived, 0 if it did not
 }
 
 // goTLSNewConns is how many calls TestGoTLSClientCalls makes on a
@@ -171,6 +172,9 @@ func chat(t *testing.T, client *http.Client, url string) tlsRun {
 	require.Equal(t, 200, resp.StatusCode)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
+		if teststack.IsDoneLine(sc.Text()) {
+			run.doneNS = teststack.MonotonicNow()
+		}
 		if !teststack.IsEventLine(sc.Text()) {
 			continue
 		}
