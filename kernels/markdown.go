@@ -59,7 +59,7 @@ func (m *Matrix) Markdown() string {
 		}
 	}
 	if len(reboots) > 0 {
-		fmt.Fprintf(&b, "Boots repeated: a guest kernel that panics before /init has run nothing of the plan, and one that dies of an int3 trap in kernel text no patch site claims (`%s`: TCG running a stale translation of a site the kernel patched live) has run part of it; either is booted again, up to %d boots in all, the second running the runs the first did not end (kernels/row.go, BootAgain). The table and the matrix are the last boot's, with the runs the earlier boot ended.\n\n%s\n", int3Oops, guestBoots, strings.Join(reboots, ""))
+		fmt.Fprintf(&b, "Boots repeated: a guest kernel that panics before /init has run nothing of the plan, and one that dies of an int3 trap in kernel text no patch site claims (`%s`: TCG running a stale translation of a site the kernel patched live), or of a double fault with a flags register no x86-64 CPU can push, has run part of it; either is booted again, up to %d boots in all, the second running the runs the first did not end (kernels/row.go, BootAgain). The table and the matrix are the last boot's, with the runs the earlier boot ended.\n\n%s\n", int3Oops, guestBoots, strings.Join(reboots, ""))
 	}
 
 	b.WriteString("## Matrix\n\n")

@@ -62,6 +62,7 @@ func TestBootAgain(t *testing.T) {
 	}
 	const oops = "[ 1271.266080] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"
 	const panicked = "[ 1271.275681] Kernel panic - not syncing: Fatal exception in interrupt"
+	const df = "[  426.1] traps: PANIC: double fault, error_code: 0x0"
 	for _, tc := range []struct {
 		name  string
 		e     Exec
@@ -79,6 +80,16 @@ func TestBootAgain(t *testing.T) {
 			true, "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI; Kernel panic - not syncing: Fatal exception in interrupt", []string{"default/stream", "default/xdp"}},
 		{"int3 without a panic", lines("@@twk boot", "@@twk begin default/xdp", oops), false, "", nil},
 		{"int3 after the plan", lines("@@twk boot", "@@twk done", oops, panicked), false, "", nil},
+		// A double fault whose saved flags have bits above 31 set is
+		// TCG's too; one on a stack overflow, or with flags a CPU can
+		// push, may be the code under test's.
+		{"double fault with impossible flags", lines("@@twk boot", "@@twk begin default/xdp", "@@twk end default/xdp rc=0", "@@twk begin default/stream",
+			df, "RSP: 0018:ffffc90000a4b818 EFLAGS: ff332a4200010046", "[  426.2] Kernel panic - not syncing: Machine halted."),
+			true, "PANIC: double fault, error_code: 0x0 with EFLAGS ff332a4200010046; Kernel panic - not syncing: Machine halted.", []string{"default/xdp"}},
+		{"double fault on a stack overflow", lines("@@twk boot", "@@twk begin default/stream", "[  426.0] BUG: TASK stack guard page was hit at 0000 (stack is 0000..0000)",
+			df, "RSP: 0018:ffffc90000a4b818 EFLAGS: ff332a4200010046", "[  426.2] Kernel panic - not syncing: Machine halted."), false, "", nil},
+		{"double fault with flags a CPU can push", lines("@@twk boot", "@@twk begin default/stream",
+			df, "RSP: 0018:ffffc90000a4b818 EFLAGS: 00010046", "[  426.2] Kernel panic - not syncing: Machine halted."), false, "", nil},
 		{"hung before init", lines("Booting from ROM..."), false, "", nil},
 		{"qemu did not start", Exec{}, false, "", nil},
 	} {
