@@ -157,7 +157,7 @@ func TestStateSlotsSized(t *testing.T) {
 			tr.Close()
 			t.Fatalf("state slots %d: opened", n)
 		}
-		if want := fmt.Sprintf("state slots: %d is not 0 or a power of two up to %d", n, MaxStateSlots); err.Error() != want {
+		if want := fmt.Sprintf("state slots: must be 0 or a power of two up to %d, got %d", MaxStateSlots, n); err.Error() != want {
 			t.Fatalf("state slots %d: %q, want %q", n, err, want)
 		}
 	}

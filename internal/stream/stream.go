@@ -153,6 +153,9 @@ func (t *Tracer) open(cfg Config) error {
 	if len(cfg.GapBounds) != GapBuckets-1 {
 		return fmt.Errorf("need %d chunk-interval bounds, got %d", GapBuckets-1, len(cfg.GapBounds))
 	}
+	if err := CheckStateSlots(int64(cfg.StateSlots)); err != nil {
+		return fmt.Errorf("state slots: %w", err)
+	}
 	// Socket-local storage needs BTF-typed hooks: it is tried with the
 	// typed types that lead the order, and the state goes to the map
 	// when they do not attach everywhere.
@@ -187,6 +190,16 @@ const DefaultStateSlots = 8192
 // MaxStateSlots bounds Config.StateSlots: 256 MiB of slots.
 const MaxStateSlots = 1 << 20
 
+// CheckStateSlots says whether n slots is a count Config.StateSlots can
+// take: 0, or a power of two up to MaxStateSlots (the probe masks a
+// socket's hash by n-1).
+func CheckStateSlots(n int64) error {
+	if n < 0 || n > MaxStateSlots || n&(n-1) != 0 {
+		return fmt.Errorf("must be 0 or a power of two up to %d, got %d", MaxStateSlots, n)
+	}
+	return nil
+}
+
 // useSlots says whether connections keep their state in tw_st_slots
 // (with socket storage): they claim a slot with an atomic
 // compare-and-exchange.
@@ -220,9 +233,6 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		// Only TLS connections read through uprobes move their state
 		// there from socket storage.
 		spec.Maps["tw_st_socks"].MaxEntries = 1
-	}
-	if n := cfg.StateSlots; n&(n-1) != 0 || n > MaxStateSlots {
-		return fmt.Errorf("state slots: %d is not 0 or a power of two up to %d", n, MaxStateSlots)
 	}
 	slots := inSocket && useSlots(cfg)
 	nSlots := uint32(1)

@@ -144,8 +144,8 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	if n := s.MaxSockets; n <= 0 || n > 1<<24 {
 		errs = append(errs, fmt.Errorf("streams.max_sockets: must be between 1 and %d, got %d", 1<<24, n))
 	}
-	if n := s.StateSlots; n < 0 || n > stream.MaxStateSlots || n&(n-1) != 0 {
-		errs = append(errs, fmt.Errorf("streams.state_slots: must be 0 or a power of two up to %d, got %d", stream.MaxStateSlots, n))
+	if err := stream.CheckStateSlots(int64(s.StateSlots)); err != nil {
+		errs = append(errs, fmt.Errorf("streams.state_slots: %w", err))
 	}
 	if s.Coalesce < 0 || s.Coalesce > 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("streams.coalesce: must be between 0 and 100ms, got %v", s.Coalesce))
