@@ -299,7 +299,7 @@ _build/bin/kernels -render kernels/results/matrix.json            # the docs aga
   more; the matrix lists the failed boot and keeps its console log as <kernel>.boot1.log. So is one that dies of an int3
   trap in kernel text that no patch site claims ("Oops: int3": under multi-threaded TCG a vCPU can run a stale
   translation of a site the kernel patched live, as 6.12 did right after a test closed its perf events), or of a double
-  fault whose saved flags register has bits above 31 set, which no x86-64 CPU can push (6.12 showed one in SLUB under
+  fault whose saved flags register has reserved bits set (above bit 21), which no x86-64 CPU can push (6.12 showed one in SLUB under
   the verifier), and that was no stack overflow: the runs that ended stand, and the second boot runs the rest, from the
   one the fault cut short (kernel parameter twk_skip). Any other panic after /init fails the row.
 - ` + "`-jobs`" + ` sets the guests booted at a time (the Makefile's KERNELS_JOBS), ` + "`-guest-timeout`" + ` bounds each guest.

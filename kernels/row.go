@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -66,6 +67,14 @@ const (
 // eflagsRE finds the flags register in a register dump.
 var eflagsRE = regexp.MustCompile(`EFLAGS: ([0-9a-f]+)`)
 
+// impossibleFlags reports whether hex, a flags register as a register
+// dump prints it, has a bit set above 21 (ID): those are reserved, and no
+// x86-64 CPU sets them.
+func impossibleFlags(hex string) bool {
+	v, err := strconv.ParseUint(hex, 16, 64)
+	return err != nil || v>>22 != 0
+}
+
 // BootAgain reports whether a guest's boot should be repeated, why, and
 // which of its runs stand. Under TCG a guest kernel can panic where the
 // code under test has no part:
@@ -78,10 +87,10 @@ var eflagsRE = regexp.MustCompile(`EFLAGS: ([0-9a-f]+)`)
 //     multi-threaded TCG a vCPU can run a stale translation of the site
 //     after that (6.12 at boot, and right after a test closed its perf
 //     events);
-//   - at a double fault whose saved flags register has bits above 31 set,
-//     which no x86-64 CPU can push (6.12 has shown one in SLUB's
-//     allocation fast path under the verifier, the upper half equal to
-//     RAX's), and that was no stack overflow (stackGuard).
+//   - at a double fault whose saved flags register has reserved bits set,
+//     which no x86-64 CPU can push (impossibleFlags; 6.12 has shown one
+//     in SLUB's allocation fast path under the verifier, bits of RAX's
+//     in the flags), and that was no stack overflow (stackGuard).
 //
 // After either fault the runs that ended stand (kept), and the next boot
 // runs the rest, from the one the fault cut short: a fault of the code
@@ -104,8 +113,7 @@ func BootAgain(s *Session) (why string, kept map[string]*RunOutput, again bool) 
 			doubled = strings.TrimSpace(l[i:])
 		}
 		guarded = guarded || strings.Contains(l, stackGuard)
-		if m := eflagsRE.FindStringSubmatch(l); m != nil && doubled != "" && !guarded && emulated == "" &&
-			len(strings.TrimLeft(m[1], "0")) > 8 {
+		if m := eflagsRE.FindStringSubmatch(l); m != nil && doubled != "" && !guarded && emulated == "" && impossibleFlags(m[1]) {
 			emulated = doubled + " with EFLAGS " + m[1]
 		}
 	}
