@@ -231,39 +231,53 @@ func writeFloorNote(data map[[2]string][]kround, load, flProg string) string {
 // them missed the write-path target in every round; "" unless it did.
 func stepsNote(data map[[2]string][]kround, load, flProg string, modes []string) string {
 	fl := data[[2]string{load, "floor"}]
-	if flProg == "" || len(fl) == 0 {
+	cheapest, ok := cheapestSteps(data, load, modes)
+	if flProg == "" || !ok {
 		return ""
 	}
-	cheapest := map[int]float64{} // by round: the cheapest way's excess over the target
+	for _, y := range fl {
+		if !(cheapest[y.round]-(2*hookNsPerRun(y, flProg)+50) > 0) {
+			return ""
+		}
+	}
 	var parts []string
 	for _, mode := range modes {
 		st := stepOf(mode)
-		rs := data[[2]string{load, mode}]
-		if len(rs) != len(fl) {
-			return ""
-		}
-		for _, x := range rs {
-			for _, y := range fl {
-				if x.round != y.round {
-					continue
-				}
-				over := hookNsPerRun(x, st.Prog) - (2*hookNsPerRun(y, flProg) + 50)
-				if c, ok := cheapest[x.round]; !ok || over < c {
-					cheapest[x.round] = over
-				}
-			}
-		}
-		parts = append(parts, fmt.Sprintf("%s %s", st.Prog, each(rs, func(r kround) float64 { return hookNsPerRun(r, st.Prog) }).f(0)))
-	}
-	if len(cheapest) != len(fl) {
-		return ""
-	}
-	for _, over := range cheapest {
-		if !(over > 0) {
-			return ""
-		}
+		parts = append(parts, fmt.Sprintf("%s %s", st.Prog, each(data[[2]string{load, mode}], func(r kround) float64 { return hookNsPerRun(r, st.Prog) }).f(0)))
 	}
 	return strings.Join(parts, ", ") + "; the cheapest of them was over the target in every round"
+}
+
+// cheapestSteps is, by round of the load's floor mode, the least ns per
+// run of the steps of modes (ways to do the same part of the write
+// program); ok only when every mode was measured in every one of those
+// rounds.
+func cheapestSteps(data map[[2]string][]kround, load string, modes []string) (map[int]float64, bool) {
+	fl := data[[2]string{load, "floor"}]
+	if len(fl) == 0 {
+		return nil, false
+	}
+	cheapest := map[int]float64{}
+	for _, mode := range modes {
+		rs := data[[2]string{load, mode}]
+		if len(rs) != len(fl) {
+			return nil, false
+		}
+		for _, y := range fl {
+			i := slices.IndexFunc(rs, func(r kround) bool { return r.round == y.round })
+			if i < 0 {
+				return nil, false
+			}
+			ns := hookNsPerRun(rs[i], stepOf(mode).Prog)
+			if math.IsNaN(ns) {
+				return nil, false
+			}
+			if c, ok := cheapest[y.round]; !ok || ns < c {
+				cheapest[y.round] = ns
+			}
+		}
+	}
+	return cheapest, true
 }
 
 // ratioNote gives, beside the sparse/dense target, the same ratio per run
@@ -319,29 +333,13 @@ func floorNote(fl spread) string {
 func hooksFloorNote(data map[[2]string][]kround, load string) string {
 	fl := data[[2]string{load, "floor"}]
 	flProg := floorProg(fl, "sock_send_length")
-	if flProg == "" {
+	cheapest, ok := cheapestSteps(data, load, benchutil.StateSteps)
+	if flProg == "" || !ok {
 		return ""
-	}
-	cheapest := map[int]float64{} // by round: the cheapest way's ns per run
-	for _, mode := range benchutil.StateSteps {
-		rs := data[[2]string{load, mode}]
-		if len(rs) != len(fl) {
-			return ""
-		}
-		for _, r := range rs {
-			ns := hookNsPerRun(r, stepOf(mode).Prog)
-			if c, ok := cheapest[r.round]; ns > 0 && (!ok || ns < c) {
-				cheapest[r.round] = ns
-			}
-		}
 	}
 	var sums []float64
 	for _, y := range fl {
-		c, ok := cheapest[y.round]
-		if !ok || y.chunks <= 0 {
-			return ""
-		}
-		sums = append(sums, y.perChunk()-y.ns[flProg]/y.chunks+c*y.runs[flProg]/y.chunks)
+		sums = append(sums, y.perChunk()-y.ns[flProg]/y.chunks+cheapest[y.round]*y.runs[flProg]/y.chunks)
 	}
 	sum := spreadOf(sums)
 	if !sum.complete() || sum.Min <= 250 {

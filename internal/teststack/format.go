@@ -14,8 +14,7 @@ const DoneEvent = "data: [DONE]\n\n"
 // trimmed or not), is a data event other than [DONE]: one a client counts
 // as a piece of the answer.
 func IsEventLine(line string) bool {
-	l := strings.TrimSpace(line)
-	return strings.HasPrefix(l, "data:") && l != strings.TrimSpace(DoneEvent)
+	return strings.HasPrefix(strings.TrimSpace(line), "data:") && !IsDoneLine(line)
 }
 
 // IsDoneLine reports whether line is the data: [DONE] line that ends an
