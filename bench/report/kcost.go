@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -312,7 +313,7 @@ func ratioNote(data map[[2]string][]kround) string {
 	if allOver {
 		note += "; every way to find a socket's state measured here was over 2 by itself in every round"
 	}
-	return note
+	return note + floorsRatioNote(data)
 }
 
 // floorNote says when the target is below what empty programs cost.
@@ -323,30 +324,68 @@ func floorNote(fl spread) string {
 	return ""
 }
 
-// hooksFloorNote says when the all-programs target is below what the
-// hooks tokenwire attaches and finding a socket's state cost together,
-// computed per round: the empty programs on every hook but the write
-// hook, per chunk, plus the cheapest way the parts found a socket's state
-// (the port test and a lookup, nothing else) once per write on the write
-// hook. A stream's chunks are counted per connection, so every write
-// needs its state; "" unless that sum was over 250 in every round.
-func hooksFloorNote(data map[[2]string][]kround, load string) string {
+// stateFloor is, by round of the load's floor mode, what the hooks
+// tokenwire attaches and finding a socket's state cost together per
+// chunk: the empty programs on every hook but the write hook, plus the
+// cheapest way the parts found a socket's state (the port test and a
+// lookup, nothing else) once per write on the write hook. A stream's
+// chunks are counted per connection, so every write needs its state; ok
+// only when every part was measured in every round.
+func stateFloor(data map[[2]string][]kround, load string) (map[int]float64, bool) {
 	fl := data[[2]string{load, "floor"}]
 	flProg := floorProg(fl, "sock_send_length")
 	cheapest, ok := cheapestSteps(data, load, benchutil.StateSteps)
 	if flProg == "" || !ok {
+		return nil, false
+	}
+	sums := map[int]float64{}
+	for _, y := range fl {
+		sums[y.round] = y.perChunk() - y.ns[flProg]/y.chunks + cheapest[y.round]*y.runs[flProg]/y.chunks
+	}
+	return sums, true
+}
+
+// hooksFloorNote says when the all-programs target is below the load's
+// stateFloor: "" unless that floor was over 250 in every round.
+func hooksFloorNote(data map[[2]string][]kround, load string) string {
+	sums, ok := stateFloor(data, load)
+	if !ok {
 		return ""
 	}
-	var sums []float64
-	for _, y := range fl {
-		sums = append(sums, y.perChunk()-y.ns[flProg]/y.chunks+cheapest[y.round]*y.runs[flProg]/y.chunks)
-	}
-	sum := spreadOf(sums)
+	sum := spreadOf(slices.Collect(maps.Values(sums)))
 	if !sum.complete() || sum.Min <= 250 {
 		return ""
 	}
 	return fmt.Sprintf("; the target is below what these hooks and finding a socket's state cost here: the empty programs on the other hooks, "+
 		"and the cheapest way to find a socket's state (the parts' port test and lookup) on each write, came to %s ns per chunk, over 250 in every round", sum.f(0))
+}
+
+// floorsRatioNote says when the sparse/dense target asks the dense load
+// to cost more than it must: the sparse load's stateFloor over the dense
+// one's, paired by round, was over 2 in every round, so a ratio of 2
+// needs a dense cost of at least half the sparse floor, above the dense
+// floor; "" unless it was.
+func floorsRatioNote(data map[[2]string][]kround) string {
+	sp, okS := stateFloor(data, "sparse")
+	de, okD := stateFloor(data, "dense")
+	if !okS || !okD {
+		return ""
+	}
+	var ratios, halves, dense []float64
+	for round, s := range sp {
+		if d, ok := de[round]; ok {
+			ratios = append(ratios, s/d)
+			halves = append(halves, s/2)
+			dense = append(dense, d)
+		}
+	}
+	r := spreadOf(ratios)
+	if len(ratios) != len(sp) || !r.complete() || r.Min <= 2 {
+		return ""
+	}
+	return fmt.Sprintf("; the floors themselves are further apart: the empty programs on the other hooks and the cheapest way to find a socket's state on each write "+
+		"came to %s ns per chunk sparse against %s dense, %sx paired by round, over 2 in every round, so the target holds only while the dense load costs at least half the sparse floor (%s ns), more than the dense floor",
+		spreadOf(slices.Collect(maps.Values(sp))).f(0), spreadOf(dense).f(0), r.f(2), spreadOf(halves).f(0))
 }
 
 func floorProg(fl []kround, hook string) string {
