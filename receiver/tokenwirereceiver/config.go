@@ -215,6 +215,9 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, errors.New("streams.required: the stream probe cannot be required while streams.enabled is false"))
 	}
 	errs = append(errs, cfg.XDP.validate()...)
+	if !cfg.Handshake.Enabled && !cfg.Streams.Enabled && len(cfg.XDP.Interfaces) == 0 {
+		errs = append(errs, errors.New("nothing to do: handshake.enabled and streams.enabled are false and xdp.interfaces is empty"))
+	}
 	return errors.Join(errs...)
 }
 

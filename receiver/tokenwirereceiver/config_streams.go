@@ -132,7 +132,7 @@ func (s *StreamsConfig) validate(interval time.Duration) []error {
 	errs = append(errs, s.Clients.validate()...)
 	errs = append(errs, validatePorts("streams.ports", s.Ports)...)
 	for i, p := range s.Pids {
-		if p < 1 {
+		if p < 1 || p > 1<<22 {
 			errs = append(errs, fmt.Errorf("streams.pids[%d]: %d is not a process id", i, p))
 		}
 	}

@@ -294,6 +294,12 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 	if r.cancel != nil {
 		r.cancel()
 	}
+	// The self-telemetry callbacks read the maps closed below: unregistered
+	// first, which waits for a collection that is running them. The
+	// instruments stay for the read loops' last records.
+	if r.telemetry != nil {
+		r.telemetry.Shutdown()
+	}
 	// Detach first and let the read loops drain what the kernel already
 	// wrote: records still in a ring buffer (up to a poll interval, or a
 	// wake-up batch) are streams and handshakes that happened.
@@ -326,10 +332,7 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 		errs = append(errs, r.xdp.filter.Close())
 		r.xdp = nil
 	}
-	if r.telemetry != nil {
-		r.telemetry.Shutdown()
-		r.telemetry = nil
-	}
+	r.telemetry = nil
 	return errors.Join(errs...)
 }
 
