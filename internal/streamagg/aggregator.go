@@ -26,6 +26,10 @@ import (
 // OtherValue replaces attribute values beyond a cardinality cap.
 const OtherValue = "_other"
 
+// OtherMethod is http.request.method on the overflow series: the HTTP
+// conventions' value for a method the instrumentation does not report.
+const OtherMethod = "_OTHER"
+
 // Reasons a response on a watched port is not reported as a stream.
 const (
 	SkipNotStreamed = "not_streamed"
@@ -39,7 +43,8 @@ var SkipReasons = []string{SkipNotStreamed, SkipNoResponse, SkipFiltered}
 // Config says what to keep and how much of it.
 type Config struct {
 	// MaxOpen bounds the streams between request and end; when full, the
-	// oldest-looking entry is dropped (OnEvict).
+	// least recently seen of a few entries is dropped (OnEvict), and its
+	// later records are not counted.
 	MaxOpen int
 	// MaxPaths and MaxModels cap the distinct http.route and
 	// gen_ai.request.model values; later ones are reported as OtherValue.
@@ -95,11 +100,20 @@ type Aggregator struct {
 	names map[string]bool
 	base  time.Time // the origin of openStream.lastSeen
 
-	mu     sync.Mutex
-	open   map[stream.ID]*openStream
-	ended  map[stream.ID]bool // ended here (idle) while the kernel may still write
-	series map[SeriesKey]*Series
-	routes *router
+	mu   sync.Mutex
+	open map[stream.ID]*openStream
+	// ended are the streams ended here (idle) or dropped for room while
+	// the kernel may still write about them.
+	ended map[stream.ID]bool
+	// lastEnds are the streams whose END came last. The kernel can end a
+	// stream on one CPU while another writes its PROGRESS (a write
+	// accounted outside the socket lock), so a PROGRESS can follow its
+	// END by microseconds: it would open the stream again and count its
+	// totals twice.
+	lastEnds    [64]stream.ID
+	lastEndNext int
+	series      map[SeriesKey]*Series
+	routes      *router
 	// routes', models' (request and response) and error types' values, and
 	// thread names: looked up with m[string(b)], which does not allocate,
 	// they turn captured bytes into strings that are allocated once.
@@ -117,9 +131,10 @@ type Aggregator struct {
 }
 
 // maxComms bounds the interned thread names; maxEnded the streams ended
-// by the idle timeout that are remembered so that late records of theirs
-// are not counted twice; maxErrorTypes the distinct error.type values on
-// metrics (the rest are genai.ErrorTypeOther).
+// by the idle timeout or dropped for room that are remembered so that
+// late records of theirs are not counted twice; maxErrorTypes the
+// distinct error.type values on metrics (the rest are
+// genai.ErrorTypeOther).
 const (
 	maxComms      = 4096
 	maxEnded      = 16384
@@ -271,6 +286,8 @@ func (a *Aggregator) Add(rec *stream.Record) {
 	o := a.open[rec.ID]
 	if o != nil {
 		o.lastSeen = time.Since(a.base)
+	} else if rec.Kind != stream.KindRequest && rec.Kind != stream.KindTLSHello && a.endedLately(rec.ID) {
+		return
 	}
 	switch rec.Kind {
 	case stream.KindRequest:
@@ -313,7 +330,22 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		a.finish(o, rec)
 		a.connEnded(rec)
 		release(o)
+		a.lastEnds[a.lastEndNext] = rec.ID
+		a.lastEndNext = (a.lastEndNext + 1) % len(a.lastEnds)
 	}
+}
+
+// endedLately says whether id's END was among the last ones.
+func (a *Aggregator) endedLately(id stream.ID) bool {
+	if id == (stream.ID{}) {
+		return false // an unused place
+	}
+	for _, e := range a.lastEnds {
+		if e == id {
+			return true
+		}
+	}
+	return false
 }
 
 // finish counts an ended stream.
@@ -325,6 +357,42 @@ func (a *Aggregator) finish(o *openStream, rec *stream.Record) {
 	}
 }
 
+// evict drops the open stream seen least recently of a few taken at
+// random (the map's order), which is most often one whose END was lost:
+// a full table is one that records were lost from. Its later records are
+// not counted: opened afresh, its running totals would count again what
+// its entry had counted.
+func (a *Aggregator) evict() {
+	const sample = 8
+	var victim stream.ID
+	var oldest *openStream
+	n := 0
+	for id, o := range a.open {
+		if oldest == nil || o.lastSeen < oldest.lastSeen {
+			victim, oldest = id, o
+		}
+		if n++; n == sample {
+			break
+		}
+	}
+	if oldest == nil {
+		return
+	}
+	delete(a.open, victim)
+	release(oldest)
+	a.markEnded(victim)
+	a.cfg.OnEvict()
+}
+
+// markEnded remembers a stream reported or dropped before its END, so
+// that its later records are not counted (Add); bounded by maxEnded.
+func (a *Aggregator) markEnded(id stream.ID) {
+	if len(a.ended) >= maxEnded {
+		clear(a.ended)
+	}
+	a.ended[id] = true
+}
+
 // opened returns o, or a new open stream for id when o is nil. A full
 // table makes room by dropping one entry (its end will not be reported).
 func (a *Aggregator) opened(o *openStream, id stream.ID) *openStream {
@@ -332,12 +400,7 @@ func (a *Aggregator) opened(o *openStream, id stream.ID) *openStream {
 		return o
 	}
 	if len(a.open) >= a.cfg.MaxOpen {
-		for victim, v := range a.open {
-			delete(a.open, victim)
-			release(v)
-			a.cfg.OnEvict()
-			break
-		}
+		a.evict()
 	}
 	o = fresh()
 	o.lastSeen = time.Since(a.base)
@@ -377,10 +440,7 @@ func (a *Aggregator) ExpireIdle(cutoff time.Time) int {
 		}
 		a.finish(o, &rec)
 		release(o)
-		if len(a.ended) >= maxEnded {
-			clear(a.ended)
-		}
-		a.ended[id] = true
+		a.markEnded(id)
 		n++
 	}
 	return n

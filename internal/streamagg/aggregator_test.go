@@ -155,6 +155,63 @@ func TestOpenStreamTableIsBounded(t *testing.T) {
 	require.Equal(t, 15, evicted)
 }
 
+// A stream dropped for room is not counted again from its later records,
+// and the entry dropped is the one seen least recently.
+func TestEvictedStreamIsNotCountedTwice(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxOpen = 2
+	evicted := 0
+	cfg.OnEvict = func() { evicted++ }
+	h := newHarness(cfg)
+	streamOf := func(sock uint64, path string) []stream.Record {
+		return streamaggtest.Stream{Sock: sock, Seq: 1, PID: h.pid, Request: "GET " + path + " HTTP/1.1\r\n\r\n", Head: sseHead,
+			HeadBytes: uint32(len(sseHead)), HeadAt: 1, ChunkAt: []uint64{10, 20, 30}, ChunkBytes: 5}.Records(IntervalBounds)
+	}
+	a, b := streamOf(1, "/a"), streamOf(2, "/b")
+	progress := func(end stream.Record) *stream.Record {
+		end.Kind = stream.KindProgress
+		return &end
+	}
+	// b is opened first; a is seen after it, so a third stream drops b.
+	for _, r := range []*stream.Record{&b[0], &b[1], progress(b[2]), &a[0], &a[1]} {
+		h.a.Add(r)
+	}
+	time.Sleep(time.Millisecond)
+	h.a.Add(progress(a[2]))
+	h.a.Add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: 3, Seq: 1}, Data: []byte("GET /c HTTP/1.1\r\n\r\n")})
+	require.Equal(t, 1, evicted)
+	require.Equal(t, 2, h.a.OpenCount())
+	// b's end, with more chunks than its entry had counted, is not counted
+	// again (nor in an opaque series of its own); a's ends as usual.
+	bEnd := b[2]
+	bEnd.Stats.Chunks, bEnd.Stats.Bytes = 5, 25
+	h.a.Add(&bEnd)
+	h.a.Add(&a[2])
+	require.EqualValues(t, 3, h.series(t, "/b", "").Chunks)
+	require.EqualValues(t, 3, h.series(t, "/a", "").Chunks)
+	require.EqualValues(t, 6, h.total())
+	require.EqualValues(t, 1, h.series(t, "/a", "").Duration.Count)
+	require.Zero(t, h.series(t, "/b", "").Duration.Count, "b's end is not reported")
+}
+
+// A PROGRESS that the kernel wrote on another CPU as the stream ended, and
+// that came after its END, does not open the stream again.
+func TestProgressAfterItsEndIsNotCounted(t *testing.T) {
+	h := newHarness(testConfig())
+	recs := simple(1, "/v1/chat/completions", "").Records(IntervalBounds)
+	for i := range recs {
+		h.a.Add(&recs[i])
+	}
+	late := recs[len(recs)-1]
+	late.Kind = stream.KindProgress
+	h.a.Add(&late)
+	require.Zero(t, h.a.OpenCount())
+	require.EqualValues(t, 2, h.total())
+	// The connection's next stream is counted as usual.
+	h.run(simple(2, "/v1/chat/completions", ""))
+	require.EqualValues(t, 4, h.total())
+}
+
 // Reused entries start clean: a stream after an evicted or ended one on
 // the same entry keeps nothing of it.
 func TestReusedStreamEntriesStartClean(t *testing.T) {

@@ -1,6 +1,7 @@
 package streamagg
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tokenwire/tokenwire/internal/procinfo"
@@ -77,6 +78,33 @@ func TestClientSeries(t *testing.T) {
 		if !sp.ClientCall || sp.ServerAddress != "api.example.test" || sp.Server != streamaggtest.Server ||
 			sp.Client.IsValid() || sp.Method != "POST" || sp.Chunks != 3 {
 			t.Errorf("client span %+v", sp)
+		}
+	}
+}
+
+// A streamed 4xx fails a client's span, and leaves a server's unset, as
+// the HTTP conventions have it; both carry error.type.
+func TestClientErrorStatus(t *testing.T) {
+	a, err := New(Config{MaxOpen: 16, MaxPaths: 8, MaxModels: 8, MaxSeries: 16, Spans: true}, procinfo.NewCache(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.Replace(streamaggtest.SSEHead, "200 OK", "429 Too Many Requests", 1)
+	for i, client := range []bool{true, false} {
+		s := clientCall("api.example.test", uint32(i+1))
+		s.Sock, s.ClientCall, s.Head, s.HeadBytes = uint64(i), client, head, uint32(len(head))
+		recs := s.Records(IntervalBounds)
+		for j := range recs {
+			a.Add(&recs[j])
+		}
+	}
+	spans := a.TakeSpans(nil)
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for _, sp := range spans {
+		if sp.ErrorType != "429" || sp.Failed != sp.ClientCall {
+			t.Errorf("client %v: error.type %q, failed %v; want 429, failed only for the client", sp.ClientCall, sp.ErrorType, sp.Failed)
 		}
 	}
 }

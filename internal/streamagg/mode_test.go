@@ -36,3 +36,48 @@ func TestTLSModes(t *testing.T) {
 	}
 	require.Equal(t, "tls", ModeTLS.String())
 }
+
+// A stream that ends at its connection's next request or close ends, for
+// its duration and span, at its last write; a client's hang-up before the
+// terminator keeps its time where a terminator could have come (http,
+// tls), and not where none can be seen (opaque).
+func TestDurationEndsAtTheLastByte(t *testing.T) {
+	const ms = uint64(1e6)
+	for _, tc := range []struct {
+		flags   uint32
+		head    string
+		reason  stream.EndReason
+		lastEnd bool
+	}{
+		{0, sseHead, stream.EndNextRequest, true},
+		{0, sseHead, stream.EndClose, true},
+		{0, sseHead, stream.EndClientClosed, false},
+		{stream.StatsTLS, sseHead, stream.EndClientClosed, false},
+		{0, sseHead, stream.EndTerminator, false},
+		{0, sseHead, stream.EndReset, false},
+		{stream.StatsTLSOpaque, "\x17\x03\x03\x00\x20", stream.EndNextRequest, true},
+		{stream.StatsTLSOpaque, "\x17\x03\x03\x00\x20", stream.EndClientClosed, true},
+	} {
+		h := newHarness(testConfig())
+		recs := simple(1, "/v1/chat/completions", "m").Records(IntervalBounds)
+		recs[1].Data = []byte(tc.head)
+		end := &recs[2].Stats
+		end.Flags = tc.flags
+		recs[2].Reason = tc.reason
+		lastWrite := end.LastChunkTS
+		end.EndTS = lastWrite + 5000*ms // five seconds idle before the next request or close
+		want := end.EndTS
+		if tc.lastEnd {
+			want = lastWrite
+		}
+		for i := range recs {
+			h.a.Add(&recs[i])
+		}
+		spans := h.a.TakeSpans(nil)
+		require.Len(t, spans, 1)
+		require.Equal(t, want, spans[0].End, "%v, flags %#x", tc.reason, tc.flags)
+		snap := h.a.Snapshot()
+		require.Len(t, snap, 1)
+		require.InDelta(t, float64(want-end.RequestTS)/1e9, snap[0].Duration.Sum, 1e-9, "%v, flags %#x", tc.reason, tc.flags)
+	}
+}

@@ -70,8 +70,8 @@ func (m Mode) overTLS(st *stream.Stats) Mode {
 // SeriesKey is one attribute set of the stream metrics, under one process,
 // fixed when the stream is classified (at its first chunk): what the
 // request and the response's first body said by then. The overflow series
-// (beyond Config.MaxSeries) has PID 0, port 0, OtherValue for method,
-// route and model, and nothing else.
+// (beyond Config.MaxSeries) has PID 0, port 0, OtherMethod for method,
+// OtherValue for route and model, and nothing else.
 type SeriesKey struct {
 	PID                  uint32
 	Port                 uint16
@@ -150,7 +150,7 @@ func (a *Aggregator) seriesOf(o *openStream) *Series {
 	}
 	if len(a.series) >= a.cfg.MaxSeries {
 		a.cfg.OnOverflow()
-		o.key = SeriesKey{Method: OtherValue, Route: OtherValue, Model: OtherValue, Mode: o.key.Mode, Client: o.key.Client}
+		o.key = SeriesKey{Method: OtherMethod, Route: OtherValue, Model: OtherValue, Mode: o.key.Mode, Client: o.key.Client}
 		if ser := a.series[o.key]; ser != nil {
 			return ser
 		}
@@ -164,7 +164,9 @@ func (a *Aggregator) seriesOf(o *openStream) *Series {
 }
 
 // ExpireSeries drops the series whose process has exited and that no
-// stream updated for SeriesExpiry. It returns how many it dropped.
+// stream updated for SeriesExpiry. It returns how many it dropped. The
+// overflow series belong to no process and stay: one dropped and made
+// again would restart its cumulative totals under the same start time.
 func (a *Aggregator) ExpireSeries(now time.Time) int {
 	if a.cfg.SeriesExpiry <= 0 {
 		return 0
@@ -174,7 +176,7 @@ func (a *Aggregator) ExpireSeries(now time.Time) int {
 	before := now.Add(-a.cfg.SeriesExpiry).Sub(a.base)
 	n := 0
 	for k, s := range a.series {
-		if s.lastUpdate < before && (!s.Running || !a.procs.Running(s.Process)) {
+		if k.PID != 0 && s.lastUpdate < before && (!s.Running || !a.procs.Running(s.Process)) {
 			delete(a.series, k)
 			n++
 		}
@@ -260,6 +262,7 @@ func (a *Aggregator) count(o *openStream, rec *stream.Record, end bool) {
 	ser.Bytes += int64(st.Bytes - o.seenBytes)
 	o.seenGapSum, o.seenChunks, o.seenBytes = st.GapSum, st.Chunks, st.Bytes
 	if end {
+		st.EndTS = responseEnd(o.key.Mode, rec.Reason, st)
 		a.atEnd(o, ser, st)
 		if a.cfg.Spans {
 			a.span(o, rec)
@@ -298,6 +301,34 @@ func (a *Aggregator) atEnd(o *openStream, ser *Series, st *stream.Stats) {
 			ser.TPOT.Observe(TPOTBounds, v)
 		}
 	}
+}
+
+// responseEnd is when a stream ended for its duration and span: at its
+// response's last byte, where the kernel's end came after the response
+// may have been complete. A stream on a keep-alive connection ends at the
+// connection's next request or at its close, perhaps long after its last
+// write (a pooled client's think time, a keep-alive timeout): its last
+// write ends it there, as the idle timeout's end does and as
+// gen_ai.server.request.duration (time to last byte) counts. In http and
+// tls modes the client's close before the terminator is a hang-up in mid
+// stream and keeps the time of the client's FIN; an opaque stream has no
+// terminator to tell a hang-up from a close after the end, so its last
+// write ends it there too.
+func responseEnd(mode Mode, reason stream.EndReason, st *stream.Stats) uint64 {
+	switch reason {
+	case stream.EndNextRequest, stream.EndClose:
+	case stream.EndClientClosed:
+		if mode != ModeOpaque {
+			return st.EndTS
+		}
+	default:
+		return st.EndTS
+	}
+	last := max(st.LastChunkTS, st.HeadersTS)
+	if last < st.RequestTS || last > st.EndTS {
+		return st.EndTS
+	}
+	return last
 }
 
 // firstChunkTS is when the first body bytes were written: with the head

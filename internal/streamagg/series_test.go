@@ -54,6 +54,16 @@ func TestSeriesCapHasAnOverflowSeries(t *testing.T) {
 	require.EqualValues(t, 4, over.Chunks)
 	require.Zero(t, over.Process.PID, "the overflow series belongs to no process")
 	require.EqualValues(t, 4, h.series(t, "/a", "").Chunks)
+	for _, sn := range h.a.Snapshot() {
+		if sn.Key.Route == OtherValue {
+			require.Equal(t, "_OTHER", sn.Key.Method, "the HTTP conventions' method beyond what is reported")
+		}
+	}
+	// It stays however long no stream came to it: made again, its
+	// cumulative totals would restart under the same start time.
+	h.a.cfg.SeriesExpiry = time.Minute
+	h.a.ExpireSeries(time.Now().Add(time.Hour))
+	require.EqualValues(t, 4, h.series(t, OtherValue, OtherValue).Chunks)
 	spans := h.a.TakeSpans(nil)
 	require.Len(t, spans, 5)
 	for i, sp := range spans {

@@ -53,7 +53,8 @@ type Span struct {
 	Stream, StreamKnown bool
 	// ErrorType is error.type ("" when the stream did not end in an
 	// error); Failed says the span's status is an error: the stream
-	// reported one, or the status is 5xx.
+	// reported one, or the status is 5xx (4xx too for a call this host
+	// made).
 	ErrorType string
 	Failed    bool
 
@@ -94,7 +95,8 @@ func (a *Aggregator) genAI(sp *Span, o *openStream) {
 	}
 	sp.Stream, sp.StreamKnown = o.req.Stream()
 	sp.ErrorType = a.errorType(o)
-	sp.Failed = g.ErrorType() != "" || o.head.Status >= 500
+	// The HTTP conventions: a 4xx fails a CLIENT span, not a SERVER one.
+	sp.Failed = g.ErrorType() != "" || o.head.Status >= 500 || sp.ClientCall && o.head.Status >= 400
 }
 
 // span records a finished stream's span, if there is room for it.

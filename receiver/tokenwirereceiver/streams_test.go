@@ -1,6 +1,7 @@
 package tokenwirereceiver
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -274,6 +275,120 @@ func TestOpaqueProtocol(t *testing.T) {
 	require.EqualValues(t, 5, chunks)
 	b, _ := sumValue(md, "tokenwire.stream.bytes", opaque)
 	require.EqualValues(t, len(got), b)
+}
+
+// TestOpaqueStreamsEndAtTheirLastWrite: an opaque stream on a kept-alive
+// connection ends at the client's next request, or at its close, well
+// after the server's last write; its duration and span still end at that
+// write (time to last byte), not after the client's think time.
+func TestOpaqueStreamsEndAtTheirLastWrite(t *testing.T) {
+	bpftest.Require(t)
+	const calls, replies, think = 2, 5, 400 * time.Millisecond
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	// The server's own clock (CLOCK_MONOTONIC, as the kernel's), per call:
+	// after it read the request, and around its last write.
+	type served struct{ read, lastBegin, lastEnd uint64 }
+	servedCh := make(chan served, calls)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for range calls {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+			var s served
+			s.read = teststack.MonotonicNow()
+			for i := range replies {
+				if i > 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if i == replies-1 {
+					s.lastBegin = teststack.MonotonicNow()
+				}
+				fmt.Fprintf(c, "reply %d\n", i)
+			}
+			s.lastEnd = teststack.MonotonicNow()
+			servedCh <- s
+		}
+		io.Copy(io.Discard, c) // until the client closes
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := start(t, streamConfig(port, 100*time.Millisecond))
+
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	var sent []uint64
+	lines := bufio.NewReader(c)
+	for range calls {
+		sent = append(sent, teststack.MonotonicNow())
+		_, err := io.WriteString(c, "\x01\x02ping\n")
+		require.NoError(t, err)
+		for range replies {
+			_, err := lines.ReadString('\n')
+			require.NoError(t, err)
+		}
+		time.Sleep(think) // the first call ends at the next request, the second at the close
+	}
+	c.Close()
+	require.Eventually(t, func() bool { return s.traces.SpanCount() == calls }, 5*time.Second, 20*time.Millisecond)
+	s.shutdown()
+
+	var spans []ptrace.Span
+	for _, td := range s.traces.AllTraces() {
+		rs := td.ResourceSpans()
+		for i := range rs.Len() {
+			ss := rs.At(i).ScopeSpans().At(0).Spans()
+			for j := range ss.Len() {
+				spans = append(spans, ss.At(j))
+			}
+		}
+	}
+	slices.SortFunc(spans, func(x, y ptrace.Span) int { return cmp.Compare(x.StartTimestamp(), y.StartTimestamp()) })
+	require.Len(t, spans, calls)
+	var lo, hi float64 // the durations' sum, bounded as each one is
+	for i, reason := range []string{"next_request", "client_closed"} {
+		sv := <-servedCh
+		sp := spans[i]
+		a := sp.Attributes().AsRaw()
+		require.Equal(t, "opaque", a["tokenwire.stream.mode"])
+		require.Equal(t, reason, a["tokenwire.stream.end_reason"])
+		require.EqualValues(t, replies, a["tokenwire.stream.chunks"])
+		// The kernel stamps the request once it reached the socket (after
+		// the client sent it, before the server read it) and the last
+		// chunk inside the last write: the duration lies between the
+		// server's read and its last write's start, and the client's send
+		// and that write's return; the next request or the close came
+		// after the client's think time.
+		dur := time.Duration(sp.EndTimestamp() - sp.StartTimestamp())
+		least, most := time.Duration(sv.lastBegin-sv.read), time.Duration(sv.lastEnd-sent[i])
+		t.Logf("call %d: %s, duration %v, want in [%v, %v]", i, reason, dur, least, most)
+		require.GreaterOrEqual(t, dur, least)
+		require.LessOrEqual(t, dur, most)
+		lo, hi = lo+least.Seconds(), hi+most.Seconds()
+	}
+	md := lastEmission(s.metrics)
+	opaque := map[string]any{"server.port": int64(port), "tokenwire.stream.mode": "opaque"}
+	var sum float64
+	n := 0
+	forEachMetric(md, "gen_ai.server.request.duration", func(m pmetric.Metric) {
+		dps := m.Histogram().DataPoints()
+		for i := range dps.Len() {
+			if matches(dps.At(i).Attributes(), opaque) {
+				sum += dps.At(i).Sum()
+				n += int(dps.At(i).Count())
+			}
+		}
+	})
+	require.Equal(t, calls, n)
+	require.GreaterOrEqual(t, sum, lo-1e-9)
+	require.LessOrEqual(t, sum, hi+1e-9)
 }
 
 // TestLongStreamShowsIntervalsBeforeItEnds checks that a stream longer than

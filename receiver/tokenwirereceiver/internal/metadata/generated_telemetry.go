@@ -361,7 +361,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwireStreamSeriesOverflow, err = builder.meter.Int64Counter(
 		"otelcol_receiver_tokenwire_stream_series_overflow",
-		metric.WithDescription("Streams counted in the overflow series (method, route and model _other) because streams.max_series attribute sets already exist. [Development]"),
+		metric.WithDescription("Streams counted in the overflow series (method _OTHER, route and model _other) because streams.max_series attribute sets already exist. [Development]"),
 		metric.WithUnit("{stream}"),
 	)
 	errs = errors.Join(errs, err)

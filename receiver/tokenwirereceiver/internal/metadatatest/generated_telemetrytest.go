@@ -178,7 +178,7 @@ func AssertEqualReceiverTokenwireStreamSeriesExpired(t *testing.T, tt *component
 func AssertEqualReceiverTokenwireStreamSeriesOverflow(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_stream_series_overflow",
-		Description: "Streams counted in the overflow series (method, route and model _other) because streams.max_series attribute sets already exist. [Development]",
+		Description: "Streams counted in the overflow series (method _OTHER, route and model _other) because streams.max_series attribute sets already exist. [Development]",
 		Unit:        "{stream}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
