@@ -280,8 +280,9 @@ func (a *Aggregator) Add(rec *stream.Record) {
 	if len(a.ended) > 0 && a.ended[rec.ID] {
 		if rec.Kind == stream.KindEnd {
 			delete(a.ended, rec.ID)
+			a.noteEnd(rec.ID)
 		}
-		return // reported already, by the idle timeout
+		return // reported already, by the idle timeout, or dropped for room
 	}
 	o := a.open[rec.ID]
 	if o != nil {
@@ -330,9 +331,14 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		a.finish(o, rec)
 		a.connEnded(rec)
 		release(o)
-		a.lastEnds[a.lastEndNext] = rec.ID
-		a.lastEndNext = (a.lastEndNext + 1) % len(a.lastEnds)
+		a.noteEnd(rec.ID)
 	}
+}
+
+// noteEnd adds id to the last ENDs.
+func (a *Aggregator) noteEnd(id stream.ID) {
+	a.lastEnds[a.lastEndNext] = id
+	a.lastEndNext = (a.lastEndNext + 1) % len(a.lastEnds)
 }
 
 // endedLately says whether id's END was among the last ones.

@@ -192,6 +192,10 @@ func TestEvictedStreamIsNotCountedTwice(t *testing.T) {
 	require.EqualValues(t, 6, h.total())
 	require.EqualValues(t, 1, h.series(t, "/a", "").Duration.Count)
 	require.Zero(t, h.series(t, "/b", "").Duration.Count, "b's end is not reported")
+	// Nor a PROGRESS that came after that END.
+	h.a.Add(progress(bEnd))
+	require.EqualValues(t, 6, h.total())
+	require.Equal(t, 1, h.a.OpenCount(), "the third stream's alone")
 }
 
 // A PROGRESS that the kernel wrote on another CPU as the stream ended, and

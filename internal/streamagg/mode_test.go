@@ -57,6 +57,7 @@ func TestDurationEndsAtTheLastByte(t *testing.T) {
 		{0, sseHead, stream.EndReset, false},
 		{stream.StatsTLSOpaque, "\x17\x03\x03\x00\x20", stream.EndNextRequest, true},
 		{stream.StatsTLSOpaque, "\x17\x03\x03\x00\x20", stream.EndClientClosed, true},
+		{stream.StatsTLS, sseHead, stream.EndNextRequest, true},
 	} {
 		h := newHarness(testConfig())
 		recs := simple(1, "/v1/chat/completions", "m").Records(IntervalBounds)
@@ -80,4 +81,21 @@ func TestDurationEndsAtTheLastByte(t *testing.T) {
 		require.Len(t, snap, 1)
 		require.InDelta(t, float64(want-end.RequestTS)/1e9, snap[0].Duration.Sum, 1e-9, "%v, flags %#x", tc.reason, tc.flags)
 	}
+}
+
+// A response head and no chunk after it: its end is the head's write.
+func TestHeadOnlyStreamEndsAtItsHead(t *testing.T) {
+	h := newHarness(testConfig())
+	s := simple(1, "/v1/chat/completions", "")
+	s.ChunkAt = nil
+	recs := s.Records(IntervalBounds)
+	end := &recs[len(recs)-1]
+	end.Reason = stream.EndClose
+	end.Stats.EndTS = end.Stats.HeadersTS + 5e9
+	for i := range recs {
+		h.a.Add(&recs[i])
+	}
+	spans := h.a.TakeSpans(nil)
+	require.Len(t, spans, 1)
+	require.Equal(t, end.Stats.HeadersTS, spans[0].End)
 }

@@ -143,23 +143,25 @@ func (s *Series) errorDuration(errType string) *histogram.Histogram {
 }
 
 // seriesOf returns the series of o's key, making it; beyond MaxSeries new
-// keys go to the overflow series of their mode.
+// keys go to the overflow series of their mode and role. o keeps its own
+// key: its span reports its own method, port and server.
 func (a *Aggregator) seriesOf(o *openStream) *Series {
-	if ser := a.series[o.key]; ser != nil {
+	key := o.key
+	if ser := a.series[key]; ser != nil {
 		return ser
 	}
 	if len(a.series) >= a.cfg.MaxSeries {
 		a.cfg.OnOverflow()
-		o.key = SeriesKey{Method: OtherMethod, Route: OtherValue, Model: OtherValue, Mode: o.key.Mode, Client: o.key.Client}
-		if ser := a.series[o.key]; ser != nil {
+		key = SeriesKey{Method: OtherMethod, Route: OtherValue, Model: OtherValue, Mode: key.Mode, Client: key.Client}
+		if ser := a.series[key]; ser != nil {
 			return ser
 		}
 	}
-	ser := newSeries(o.key.Client)
-	if o.key.PID != 0 {
-		ser.Process, ser.Running = a.procs.Describe(o.key.PID, a.comm(&o.comm))
+	ser := newSeries(key.Client)
+	if key.PID != 0 {
+		ser.Process, ser.Running = a.procs.Describe(key.PID, a.comm(&o.comm))
 	}
-	a.series[o.key] = ser
+	a.series[key] = ser
 	return ser
 }
 

@@ -71,6 +71,8 @@ func TestSeriesCapHasAnOverflowSeries(t *testing.T) {
 		p := []string{"/a", "/b", "/c", "/d", "/a"}[i]
 		require.Equal(t, p, sp.Path, "spans keep their path and route beyond the cap")
 		require.Equal(t, p, sp.Route)
+		require.Equal(t, "POST", sp.Method, "and their method and port")
+		require.Equal(t, streamaggtest.Server.Port(), sp.Port)
 	}
 }
 

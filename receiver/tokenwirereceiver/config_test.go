@@ -170,7 +170,7 @@ func TestValidateRejectsEveryBadField(t *testing.T) {
 		{"stream port 0", func(c *Config) { c.Streams.Ports = []int{8000, 0} }, "streams.ports[1]: port 0 is outside 1-65535"},
 		{"duplicate stream port", func(c *Config) { c.Streams.Ports = []int{8000, 8000} }, "streams.ports[1]: port 8000 is listed twice"},
 		{"bad pid", func(c *Config) { c.Streams.Pids = []int{0} }, "streams.pids[0]: 0 is not a process id"},
-		{"pid beyond the kernel's", func(c *Config) { c.Streams.Pids = []int{1, 1<<32 + 1} }, "streams.pids[1]: 4294967297 is not a process id"},
+		{"pid beyond the kernel's", func(c *Config) { c.Streams.Pids = []int{1, 1<<22 + 1} }, "streams.pids[1]: 4194305 is not a process id"},
 		{"empty process name", func(c *Config) { c.Streams.ProcessNames = []string{""} }, "streams.process_names[0]: empty name"},
 		{"zero stream sockets", func(c *Config) { c.Streams.MaxSockets = 0 }, "streams.max_sockets: must be between 1"},
 		{"state slots not a power of two", func(c *Config) { c.Streams.StateSlots = 1000 }, "streams.state_slots: must be 0 or a power of two up to 1048576, got 1000"},
