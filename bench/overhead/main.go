@@ -21,7 +21,15 @@
 //   - on both stacks, idle: the collector binary with an otlp receiver in
 //     place of tokenwire, which nothing sends to: a collector process
 //     beside the server and no BPF program, so that a bystander's
-//     difference from it is what the attached programs cost.
+//     difference from it is what the attached programs cost;
+//   - Go, twin: the tokenwire variant with an identical second server
+//     (-twin-port) under its own identical load in the same windows,
+//     which the collector does not watch (a bystander). Host drift
+//     between variants minutes apart (about 10% in a server's CPU per
+//     chunk on a shared machine) moves both servers alike, so the
+//     watched server's CPU per chunk against its twin's in the same
+//     window is tokenwire's cost less a bystander's. Which of the two
+//     ports is watched alternates by repeat.
 //
 // Every variant's load starts -settle after its server (a tokenwire
 // variant's once the collector has also probed the server, which its /proc
@@ -76,6 +84,7 @@ var (
 	statsWindow    = flag.Duration("stats-window", 4*time.Second, "the window between the warm-up and the CPU window, for every variant; in a tokenwire or bystander variant's, bpf stats are on and the collector's programs are measured")
 	settle         = flag.Duration("settle", 6*time.Second, "time from a server's start to its load's, in every variant (a tokenwire variant also waits until the collector has probed the server)")
 	bystanderPort  = flag.Int("bystander-port", 18099, "the port a bystander variant's collector watches instead of the server's (nothing listens there)")
+	twinPort       = flag.Int("twin-port", 18002, "the twin variant's second Go server's port on 127.0.0.1")
 	repeats        = flag.Int("repeats", 5, "repeats (variant order rotates each repeat)")
 	variantsFlag   = flag.String("variants", strings.Join(variantNames(), ","), "variants to run: stack/observer")
 	idleConns      = flag.Int("idle-conns", 10000, "open streams for the memory measurement; 0: skip")
@@ -103,12 +112,9 @@ type env struct {
 	procs     *teststack.Group
 }
 
-func (e *env) serverAddr(stack string) string {
-	if stack == "python" {
-		return fmt.Sprintf("127.0.0.1:%d", *pyPort)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", *port)
-}
+func (e *env) serverAddr(stack string) string { return loopback(e.serverPort(stack)) }
+
+func loopback(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
 func (e *env) serverPort(stack string) int {
 	if stack == "python" {
@@ -155,8 +161,11 @@ func orchestrate() error {
 	}
 	e.handleSignals()
 
-	if *bystanderPort == *port || *bystanderPort == *pyPort {
+	if *bystanderPort == *port || *bystanderPort == *pyPort || *bystanderPort == *twinPort {
 		return fmt.Errorf("-bystander-port %d is a server's port: a bystander's collector must watch another", *bystanderPort)
+	}
+	if *twinPort == *port || *twinPort == *pyPort {
+		return fmt.Errorf("-twin-port %d is another server's port", *twinPort)
 	}
 	variants := strings.Split(*variantsFlag, ",")
 	for _, v := range variants {
@@ -171,7 +180,7 @@ func orchestrate() error {
 		for k := range variants {
 			v := variants[(k+r)%len(variants)]
 			fmt.Fprintf(os.Stderr, "overhead: repeat %d/%d, %s, %d streams\n", r+1, *repeats, v, *streams)
-			rw, err := e.runVariant(v, *streams, *duration)
+			rw, err := e.runVariant(v, *streams, *duration, r+1)
 			if err != nil {
 				e.dumpLogs()
 				return fmt.Errorf("%s (repeat %d): %w", v, r+1, err)
@@ -224,6 +233,9 @@ type observer struct {
 	// instrumented: the server records its chunks with the OpenTelemetry
 	// Go SDK and exports them to the collector.
 	instrumented bool
+	// twin: an identical server under an identical load runs beside the
+	// watched one, unwatched.
+	twin bool
 }
 
 var bothStacks = []string{"go", "python"}
@@ -236,6 +248,8 @@ var observers = []observer{
 	{name: "interceptor", stacks: []string{"go"}, collector: otlpCollector, instrumented: true},
 	{name: "bystander", stacks: bothStacks, collector: tokenwireCollector},
 	{name: "idle", stacks: bothStacks, collector: otlpCollector},
+	{name: "twin", stacks: []string{"go"}, collector: tokenwireCollector, watchesServer: true, twin: true},
+	{name: "twin-unwatched", stacks: []string{"go"}, collector: tokenwireCollector, twin: true},
 }
 
 // splitVariant splits "go/tokenwire" into its stack and observer.
@@ -297,6 +311,14 @@ func printRow(r row) {
 		r.cores(r.ServerCPU), r.cores(r.CollectorCPU), r.cores(r.LoadCPU), r.Host.OthersCores, float64(r.BPFRunNs)/float64(max(r.Load.StatsChunks, 1)), mib(r.ServerMem.RSS))
 	if r.Load.FirstError != "" {
 		fmt.Fprintf(os.Stderr, "  first load error: %s\n", r.Load.FirstError)
+	}
+	if r.Twin.Port != 0 {
+		fmt.Fprintf(os.Stderr, "  %-18s watched :%d, twin :%d chunks=%d errors=%d server=%.3f cores; CPU per chunk watched/twin - 1 = %+.1f%%\n",
+			"", r.WatchedPort, r.Twin.Port, r.Twin.Load.Chunks, r.Twin.Load.Errors, r.cores(r.Twin.ServerCPU),
+			100*((r.ServerCPU/float64(max(r.Load.Chunks, 1)))/(r.Twin.ServerCPU/float64(max(r.Twin.Load.Chunks, 1)))-1))
+		if r.Twin.Load.FirstError != "" {
+			fmt.Fprintf(os.Stderr, "  twin's first load error: %s\n", r.Twin.Load.FirstError)
+		}
 	}
 }
 

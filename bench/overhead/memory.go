@@ -30,7 +30,7 @@ func (e *env) memory(n int) (*memResult, error) {
 		return nil, err
 	}
 	defer coll.Stop()
-	srv, err := e.startServer("go", false)
+	srv, err := e.startServer("go", *port, false)
 	if err != nil {
 		return nil, err
 	}

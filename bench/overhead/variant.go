@@ -40,11 +40,25 @@ type row struct {
 	StatsWindow float64            // nominal stats window, seconds (0: none); Load.StatsChunks count inside it
 	Host        benchutil.HostLoad // the host during the window
 	Exported    exported           // what the collector's debug exporter saw, whole run
+	// Twin is a twin variant's second, unwatched server: its port, CPU
+	// seconds in the window and load (zero in other variants); the row's
+	// other server figures are the first server's, and WatchedPort its
+	// port (watched in twin, not in twin-unwatched).
+	Twin        twinResult
+	WatchedPort int
 	// ProbeCPU and ProbeWait are the tokenwire collector's CPU seconds and
 	// the seconds from the server's start until the collector reported its
 	// TLS library probed: the one-time cost of a new server, kept out of
 	// the window.
 	ProbeCPU, ProbeWait float64
+}
+
+// twinResult is the twin variant's unwatched server in the window.
+type twinResult struct {
+	Port      int
+	ServerCPU float64
+	LoadCPU   float64
+	Load      loadResult
 }
 
 // progRun is one BPF program's run time and run count.
@@ -140,16 +154,27 @@ func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
 // stats window only: the collector's programs are read before it (counters
 // stand still while stats are off) and after it, and the CPU counters
 // right after the stats go off, so that chunks, CPU and BPF each cover
-// their own window.
-func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw row, err error) {
+// their own window. A twin variant starts its second server and load on
+// the same timeline and reads their CPU beside the first's; it measures
+// no BPF (its programs' runs would mix both servers'), and which of its
+// two ports is watched alternates with the repeat.
+func (e *env) runVariant(variant string, nStreams int, window time.Duration, repeat int) (rw row, err error) {
 	stack, obs, _ := splitVariant(variant)
-	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds()}
-	if err := teststack.WaitPortsFree([]int{e.serverPort(stack)}, 2*time.Minute); err != nil {
+	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds(), WatchedPort: e.serverPort(stack)}
+	ports := []int{rw.WatchedPort}
+	if obs.twin {
+		rw.Twin.Port = *twinPort
+		if repeat%2 == 0 {
+			rw.WatchedPort, rw.Twin.Port = rw.Twin.Port, rw.WatchedPort
+		}
+		ports = append(ports, rw.Twin.Port)
+	}
+	if err := teststack.WaitPortsFree(ports, 2*time.Minute); err != nil {
 		return rw, err
 	}
 	var coll *teststack.Proc
 	if obs.collector != noCollector {
-		watched := e.serverPort(stack)
+		watched := rw.WatchedPort
 		if !obs.watchesServer {
 			watched = *bystanderPort
 		}
@@ -170,11 +195,18 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 		}
 	}
 	started := time.Now()
-	srv, err := e.startServer(stack, obs.instrumented)
+	srv, err := e.startServer(stack, rw.WatchedPort, obs.instrumented)
 	if err != nil {
 		return rw, err
 	}
 	defer srv.Stop()
+	var twin *teststack.Proc
+	if obs.twin {
+		if twin, err = e.startServer(stack, rw.Twin.Port, false); err != nil {
+			return rw, err
+		}
+		defer twin.Stop()
+	}
 	if obs.collector == tokenwireCollector && obs.watchesServer {
 		// The collector probes a server it has not seen (its TLS library,
 		// at its next /proc scan) once, whenever it appears; the window
@@ -192,27 +224,39 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	}
 	time.Sleep(time.Until(started.Add(*settle)))
 	resFile := filepath.Join(e.tmp, "load.json")
+	twinFile := filepath.Join(e.tmp, "load-twin.json")
 	os.Remove(resFile)
+	os.Remove(twinFile)
 	statsFrom := time.Now().Add(*warmup)
 	from := statsFrom.Add(*statsWindow)
 	to := from.Add(window)
-	args := []string{"-addr", e.serverAddr(stack), "-streams", strconv.Itoa(nStreams),
-		"-stats-from", strconv.FormatInt(statsFrom.UnixNano(), 10),
-		"-from", strconv.FormatInt(from.UnixNano(), 10), "-to", strconv.FormatInt(to.UnixNano(), 10), "-out", resFile}
+	loadArgs := func(port int, out string) []string {
+		args := []string{"-addr", loopback(port), "-streams", strconv.Itoa(nStreams),
+			"-stats-from", strconv.FormatInt(statsFrom.UnixNano(), 10),
+			"-from", strconv.FormatInt(from.UnixNano(), 10), "-to", strconv.FormatInt(to.UnixNano(), 10), "-out", out}
+		if stack == "python" {
+			return append([]string{"pyload", "-chunks", strconv.Itoa(*pyChunks), "-interval", pyInterval.String()}, args...)
+		}
+		return append([]string{"load", "-chunks", strconv.Itoa(*chunks), "-interval", interval.String()}, args...)
+	}
 	wait := time.Duration(*chunks)*(*interval)*5 + 60*time.Second
 	if stack == "python" {
-		args = append([]string{"pyload", "-chunks", strconv.Itoa(*pyChunks), "-interval", pyInterval.String()}, args...)
 		wait = time.Duration(*pyChunks)*(*pyInterval)*5 + 60*time.Second
-	} else {
-		args = append([]string{"load", "-chunks", strconv.Itoa(*chunks), "-interval", interval.String()}, args...)
 	}
-	load, err := e.procs.Start(teststack.ProcOptions{Name: "load", Log: e.logs}, e.self, args...)
+	load, err := e.procs.Start(teststack.ProcOptions{Name: "load", Log: e.logs}, e.self, loadArgs(rw.WatchedPort, resFile)...)
 	if err != nil {
 		return rw, err
 	}
 	defer load.Stop()
+	var twinLoad *teststack.Proc
+	if twin != nil {
+		if twinLoad, err = e.procs.Start(teststack.ProcOptions{Name: "load-twin", Log: e.logs}, e.self, loadArgs(rw.Twin.Port, twinFile)...); err != nil {
+			return rw, err
+		}
+		defer twinLoad.Stop()
+	}
 	var before, atStatsEnd map[string]progRun
-	if obs.collector == tokenwireCollector && *statsWindow > 0 {
+	if obs.collector == tokenwireCollector && *statsWindow > 0 && !obs.twin {
 		rw.StatsWindow = statsWindow.Seconds()
 		if before, err = programRuns(coll); err != nil {
 			return rw, err
@@ -234,6 +278,12 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	if err != nil {
 		return rw, err
 	}
+	var ta snapshot
+	if twin != nil {
+		if ta, err = snap(twin, nil, twinLoad); err != nil {
+			return rw, fmt.Errorf("twin: %w", err)
+		}
+	}
 	if rw.StatsWindow > 0 {
 		if atStatsEnd, err = programRuns(coll); err != nil {
 			return rw, err
@@ -248,6 +298,13 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	b, err := snap(srv, coll, load)
 	if err != nil {
 		return rw, err
+	}
+	if twin != nil {
+		tb, err := snap(twin, nil, twinLoad)
+		if err != nil {
+			return rw, fmt.Errorf("twin: %w", err)
+		}
+		rw.Twin.ServerCPU, rw.Twin.LoadCPU = tb.server-ta.server, tb.load-ta.load
 	}
 	if rw.ServerMem, err = benchutil.Memory(srv.Pid()); err != nil {
 		return rw, fmt.Errorf("server memory: %w", err)
@@ -268,7 +325,19 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	if err := load.Wait(wait); err != nil {
 		return rw, fmt.Errorf("load: %w", err)
 	}
-	if exited(srv) || (coll != nil && exited(coll)) {
+	if twinLoad != nil {
+		if err := twinLoad.Wait(wait); err != nil {
+			return rw, fmt.Errorf("twin's load: %w", err)
+		}
+		raw, err := os.ReadFile(twinFile)
+		if err != nil {
+			return rw, err
+		}
+		if err := json.Unmarshal(raw, &rw.Twin.Load); err != nil {
+			return rw, fmt.Errorf("twin's load: %w", err)
+		}
+	}
+	if exited(srv) || (coll != nil && exited(coll)) || (twin != nil && exited(twin)) {
 		return rw, errors.New("server or collector exited during the run")
 	}
 	raw, err := os.ReadFile(resFile)
@@ -286,6 +355,9 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration) (rw
 	// tokenwire collector sees the last streams end; then the collector,
 	// which flushes its pipelines on the way out.
 	srv.Stop()
+	if twin != nil {
+		twin.Stop()
+	}
 	if coll != nil {
 		coll.Stop()
 		if rw.Exported, err = countExported(coll.LogPath()); err != nil {
@@ -303,10 +375,10 @@ func (r row) cores(cpuSec float64) float64 {
 	return cpuSec / r.CPUWindow
 }
 
-// startServer starts the variant's server and waits until it is ready:
-// the Go SSE server (instrumented: with the OpenTelemetry Go SDK) or teststack's
-// Python server (uvicorn + starlette).
-func (e *env) startServer(stack string, instrumented bool) (*teststack.Proc, error) {
+// startServer starts a variant's server and waits until it is ready: the
+// Go SSE server on port (instrumented: with the OpenTelemetry Go SDK) or
+// teststack's Python server (uvicorn + starlette, on -py-port).
+func (e *env) startServer(stack string, port int, instrumented bool) (*teststack.Proc, error) {
 	if stack == "python" {
 		dir, err := os.MkdirTemp(e.tmp, "py-")
 		if err != nil {
@@ -320,7 +392,7 @@ func (e *env) startServer(stack string, instrumented bool) (*teststack.Proc, err
 		e.procs.Adopt(s.Proc)
 		return s.Proc, nil
 	}
-	args := []string{"server", "-addr", e.serverAddr(stack), "-interval", interval.String()}
+	args := []string{"server", "-addr", loopback(port), "-interval", interval.String()}
 	if instrumented {
 		args = append(args, "-otlp", e.coll.OTLPEndpoint())
 	}

@@ -32,9 +32,9 @@ type doc struct {
 	strings.Builder
 	runID   string
 	targets []target // the summary table, filled by the sections
-	// emptyWriteNs is the most an empty program on the write hook took
-	// per run in section 1 (ns; 0 when that section has none).
-	emptyWriteNs float64
+	// emptyNs is the most an empty program took per run in section 1,
+	// by hook (ns; absent when that section has none).
+	emptyNs map[string]float64
 }
 
 // target is one line of the targets table.
@@ -58,7 +58,7 @@ func run() error {
 		}
 		id = strings.TrimSpace(string(b))
 	}
-	var body doc
+	body := doc{emptyNs: map[string]float64{}}
 	body.runID = id
 	sections := []struct {
 		name string

@@ -88,12 +88,13 @@ func overheadSection(d *doc) error {
 			sp(v, func(r orow) float64 { return num(r, "errors") }).f(0))
 	}
 	probeTable(d, variants, by, sp)
+	twin, unwatched, haveTwins := twinTable(d, by, sp)
 	d.p("\nAgainst each stack's own baseline, paired by repeat (the two ran minutes apart at most):\n\n")
 	d.p("| variant | server CPU vs baseline | server CPU per chunk vs baseline | baseline's own repeats: server CPU, max/min - 1 | p99 | baseline's p99 range, ms |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
 		stack, obs, _ := strings.Cut(v, "/")
 		base := stack + "/baseline"
-		if obs == "baseline" || by[base] == nil {
+		if obs == "baseline" || strings.HasPrefix(obs, "twin") || by[base] == nil {
 			continue
 		}
 		cpu := paired(v, base, serverCPURatio)
@@ -124,8 +125,13 @@ func overheadSection(d *doc) error {
 		if stack == "python" {
 			limit = 0.01
 		}
+		note := writeShareNote(d, bt, v, base, by, limit)
+		if stack == "go" && haveTwins {
+			note += fmt.Sprintf("; in the same window, the watched server against an unwatched twin (a bystander) used %s CPU per chunk, while two unwatched twins differed by %s: CPU time on this machine tells apart two servers that cost the same only to within about %.1f%%",
+				twin.pct(), unwatched.pct(), 100*max(math.Abs(unwatched.Min), math.Abs(unwatched.Max)))
+		}
 		d.target(fmt.Sprintf("%s server: CPU with tokenwire within +%.0f%% of its baseline (paired by repeat)", stack, limit*100), cpu.pct(),
-			atMost(cpu, limit)+writeShareNote(d, bt, v, base, by, limit), "2")
+			atMost(cpu, limit)+note, "2")
 		d.target(fmt.Sprintf("%s server: p99 chunk latency with tokenwire within the baseline's own range (%s ms)", stack, bp99.f(3)), p99.f(3)+" ms", within(p99, bp99), "2")
 	}
 	d.p("\n")
@@ -174,7 +180,8 @@ func probeTable(d *doc, variants []string, by map[string][]orow, sp func(string,
 // write of the server), over the baseline's CPU per chunk in the same
 // repeat. The write program runs inside the server's own writes.
 func writeShareNote(d *doc, bt *benchutil.Table, v, base string, by map[string][]orow, limit float64) string {
-	if d.emptyWriteNs == 0 {
+	empty, ok := d.emptyNs["sock_send_length"]
+	if !ok {
 		return ""
 	}
 	type sum struct{ ns, cnt float64 }
@@ -196,18 +203,46 @@ func writeShareNote(d *doc, bt *benchutil.Table, v, base string, by map[string][
 			x = append(x, math.NaN())
 			continue
 		}
-		x = append(x, (s.ns/s.cnt-d.emptyWriteNs)/(num(b, "server_cpu_s")*1e9/num(b, "chunks")))
+		x = append(x, (s.ns/s.cnt-empty)/(num(b, "server_cpu_s")*1e9/num(b, "chunks")))
 	}
 	share := spreadOf(x)
 	if !share.ok() {
 		return ""
 	}
 	what := fmt.Sprintf("the write program alone (its mean ns per run in the stats window, less the empty program's %.0f, section 1's most, once per chunk) is an estimated %.1f%% [%.1f%% to %.1f%%] of the baseline's CPU per chunk",
-		d.emptyWriteNs, share.Med*100, share.Min*100, share.Max*100)
+		empty, share.Med*100, share.Min*100, share.Max*100)
 	if share.complete() && share.Min > limit {
 		return "; " + what + ", over the limit in every repeat: the target is below the write program's own cost here"
 	}
 	return "; " + what
+}
+
+// twinDiff is a twin variant's watched server's CPU per chunk against its
+// unwatched twin's in the same window, less 1.
+func twinDiff(r orow) float64 {
+	return (num(r, "server_cpu_s")/num(r, "chunks"))/(num(r, "twin_server_cpu_s")/num(r, "twin_chunks")) - 1
+}
+
+// twinTable shows the twin variants: two identical Go servers under
+// identical loads in the same windows, one of them watched (twin) or
+// neither (twin-unwatched). Drift between windows moves both alike, so
+// twin-unwatched measures how far apart CPU time puts two servers that
+// cost the same, and twin what watching one adds over a bystander.
+func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64) spread) (twin, unwatched spread, ok bool) {
+	if by["go/twin"] == nil || by["go/twin-unwatched"] == nil {
+		return spread{}, spread{}, false
+	}
+	d.p("\n**Twins, in the same window.** Two identical Go servers under identical loads (%s streams each) run side by side, which doubles the host's load; in go/twin the collector tracks streams on one of the two ports (the other is a bystander: its writes run the stream programs up to the port test), in go/twin-unwatched on neither (both are bystanders). Which port is watched alternates by repeat. The first server's CPU per chunk against the second's, in the same window:\n\n",
+		by["go/twin"][0]["streams"])
+	d.p("| variant | first server's CPU per chunk vs its twin's | first server, cores | twin, cores | first server's p99 ms | twin's p99 ms | twin's errors |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, v := range []string{"go/twin", "go/twin-unwatched"} {
+		d.p("| %s | %s | %s | %s | %s | %s | %s |\n", v, sp(v, twinDiff).pct(),
+			sp(v, func(r orow) float64 { return r.cores("server_cpu_s") }).f(3),
+			sp(v, func(r orow) float64 { return r.cores("twin_server_cpu_s") }).f(3),
+			sp(v, p99Of).f(3), sp(v, func(r orow) float64 { return num(r, "twin_latency_p99_ms") }).f(3),
+			sp(v, func(r orow) float64 { return num(r, "twin_errors") }).f(0))
+	}
+	return sp("go/twin", twinDiff), sp("go/twin-unwatched", twinDiff), true
 }
 
 // rowOf is the overhead.csv row of r's variant and repeat (nil if none).

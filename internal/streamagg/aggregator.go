@@ -104,16 +104,9 @@ type Aggregator struct {
 	open map[stream.ID]*openStream
 	// ended are the streams ended here (idle) or dropped for room while
 	// the kernel may still write about them.
-	ended map[stream.ID]bool
-	// lastEnds are the streams whose END came last. The kernel can end a
-	// stream on one CPU while another writes its PROGRESS (a write
-	// accounted outside the socket lock), so a PROGRESS can follow its
-	// END by microseconds: it would open the stream again and count its
-	// totals twice.
-	lastEnds    [64]stream.ID
-	lastEndNext int
-	series      map[SeriesKey]*Series
-	routes      *router
+	ended  map[stream.ID]bool
+	series map[SeriesKey]*Series
+	routes *router
 	// routes', models' (request and response) and error types' values, and
 	// thread names: looked up with m[string(b)], which does not allocate,
 	// they turn captured bytes into strings that are allocated once.
@@ -280,15 +273,12 @@ func (a *Aggregator) Add(rec *stream.Record) {
 	if len(a.ended) > 0 && a.ended[rec.ID] {
 		if rec.Kind == stream.KindEnd {
 			delete(a.ended, rec.ID)
-			a.noteEnd(rec.ID)
 		}
 		return // reported already, by the idle timeout, or dropped for room
 	}
 	o := a.open[rec.ID]
 	if o != nil {
 		o.lastSeen = time.Since(a.base)
-	} else if rec.Kind != stream.KindRequest && rec.Kind != stream.KindTLSHello && a.endedLately(rec.ID) {
-		return
 	}
 	switch rec.Kind {
 	case stream.KindRequest:
@@ -331,27 +321,7 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		a.finish(o, rec)
 		a.connEnded(rec)
 		release(o)
-		a.noteEnd(rec.ID)
 	}
-}
-
-// noteEnd adds id to the last ENDs.
-func (a *Aggregator) noteEnd(id stream.ID) {
-	a.lastEnds[a.lastEndNext] = id
-	a.lastEndNext = (a.lastEndNext + 1) % len(a.lastEnds)
-}
-
-// endedLately says whether id's END was among the last ones.
-func (a *Aggregator) endedLately(id stream.ID) bool {
-	if id == (stream.ID{}) {
-		return false // an unused place
-	}
-	for _, e := range a.lastEnds {
-		if e == id {
-			return true
-		}
-	}
-	return false
 }
 
 // finish counts an ended stream.
@@ -439,7 +409,7 @@ func (a *Aggregator) ExpireIdle(cutoff time.Time) int {
 				rec.Stats.RequestTS = o.respTS
 			}
 		}
-		rec.Stats.EndTS = max(o.last.LastChunkTS, rec.Stats.HeadersTS)
+		rec.Stats.EndTS = lastWrite(&rec.Stats)
 		rec.Stats.GapCounts = [stream.GapBuckets]uint32{} // counted with their PROGRESS
 		if rec.Stats.HeadersTS == 0 {
 			rec.Reason = stream.EndNoResponse

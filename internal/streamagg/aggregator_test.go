@@ -192,28 +192,7 @@ func TestEvictedStreamIsNotCountedTwice(t *testing.T) {
 	require.EqualValues(t, 6, h.total())
 	require.EqualValues(t, 1, h.series(t, "/a", "").Duration.Count)
 	require.Zero(t, h.series(t, "/b", "").Duration.Count, "b's end is not reported")
-	// Nor a PROGRESS that came after that END.
-	h.a.Add(progress(bEnd))
-	require.EqualValues(t, 6, h.total())
 	require.Equal(t, 1, h.a.OpenCount(), "the third stream's alone")
-}
-
-// A PROGRESS that the kernel wrote on another CPU as the stream ended, and
-// that came after its END, does not open the stream again.
-func TestProgressAfterItsEndIsNotCounted(t *testing.T) {
-	h := newHarness(testConfig())
-	recs := simple(1, "/v1/chat/completions", "").Records(IntervalBounds)
-	for i := range recs {
-		h.a.Add(&recs[i])
-	}
-	late := recs[len(recs)-1]
-	late.Kind = stream.KindProgress
-	h.a.Add(&late)
-	require.Zero(t, h.a.OpenCount())
-	require.EqualValues(t, 2, h.total())
-	// The connection's next stream is counted as usual.
-	h.run(simple(2, "/v1/chat/completions", ""))
-	require.EqualValues(t, 4, h.total())
 }
 
 // Reused entries start clean: a stream after an evicted or ended one on

@@ -326,12 +326,16 @@ func responseEnd(mode Mode, reason stream.EndReason, st *stream.Stats) uint64 {
 	default:
 		return st.EndTS
 	}
-	last := max(st.LastChunkTS, st.HeadersTS)
+	last := lastWrite(st)
 	if last < st.RequestTS || last > st.EndTS {
 		return st.EndTS
 	}
 	return last
 }
+
+// lastWrite is when a stream's response was last written: its last
+// chunk's (first) write, or its head's when no chunk came.
+func lastWrite(st *stream.Stats) uint64 { return max(st.LastChunkTS, st.HeadersTS) }
 
 // firstChunkTS is when the first body bytes were written: with the head
 // when it carried body, else the kernel's first chunk.
