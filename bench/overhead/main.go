@@ -29,7 +29,10 @@
 //     chunk on a shared machine) moves both servers alike, so the
 //     watched server's CPU per chunk against its twin's in the same
 //     window is tokenwire's cost less a bystander's. Which of the two
-//     ports is watched alternates by repeat.
+//     ports is watched alternates by repeat;
+//   - Go, twin-unwatched: the same two servers, the collector watching
+//     neither (both are bystanders): how far apart CPU time puts two
+//     servers that cost the same, started in the same order.
 //
 // Every variant's load starts -settle after its server (a tokenwire
 // variant's once the collector has also probed the server, which its /proc

@@ -396,7 +396,7 @@ func (e *env) startServer(stack string, port int, instrumented bool) (*teststack
 	if instrumented {
 		args = append(args, "-otlp", e.coll.OTLPEndpoint())
 	}
-	c, err := e.procs.Start(teststack.ProcOptions{Name: "server", Log: e.logs, Lines: true}, e.self, args...)
+	c, err := e.procs.Start(teststack.ProcOptions{Name: fmt.Sprintf("server:%d", port), Log: e.logs, Lines: true}, e.self, args...)
 	if err != nil {
 		return nil, err
 	}

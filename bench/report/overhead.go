@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -75,6 +76,9 @@ func overheadSection(d *doc) error {
 	d.p("Chunk latency: Go, arrival minus the time the server scheduled the event; Python, arrival minus the time the app handed the event to uvicorn (the server's own CLOCK_MONOTONIC report). CPU: utime+stime from /proc over the window, in cores. BPF: the collector's programs' run time (bpf stats), which runs inside the server's and the clients' CPU, not beside it; measured in the stats window just before the CPU window (same load; bpf stats are on only there, and only in tokenwire and bystander variants), because they add two clock reads to every program run, a cost users do not pay: they are off while CPU and latency are measured.\n\n")
 	d.p("| variant | chunks/s | latency p50 ms | p99 ms | p99.9 ms | server CPU, cores | collector CPU, cores | BPF ns per chunk | server RSS MiB | other processes, cores | errors |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
+		if isTwin(v) {
+			continue // at twice the load: twinTable
+		}
 		d.p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
 			sp(v, func(r orow) float64 { return num(r, "chunks") / num(r, "window_s") }).f(0),
 			sp(v, func(r orow) float64 { return num(r, "latency_p50_ms") }).f(3),
@@ -88,7 +92,7 @@ func overheadSection(d *doc) error {
 			sp(v, func(r orow) float64 { return num(r, "errors") }).f(0))
 	}
 	probeTable(d, variants, by, sp)
-	twin, unwatched, haveTwins := twinTable(d, by, sp)
+	twin, unwatched, excess, haveTwins := twinTable(d, by, sp)
 	d.p("\nAgainst each stack's own baseline, paired by repeat (the two ran minutes apart at most):\n\n")
 	d.p("| variant | server CPU vs baseline | server CPU per chunk vs baseline | baseline's own repeats: server CPU, max/min - 1 | p99 | baseline's p99 range, ms |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range variants {
@@ -126,9 +130,9 @@ func overheadSection(d *doc) error {
 			limit = 0.01
 		}
 		note := writeShareNote(d, bt, v, base, by, limit)
-		if stack == "go" && haveTwins {
-			note += fmt.Sprintf("; in the same window, the watched server against an unwatched twin (a bystander) used %s CPU per chunk, while two unwatched twins differed by %s: CPU time on this machine tells apart two servers that cost the same only to within about %.1f%%",
-				twin.pct(), unwatched.pct(), 100*max(math.Abs(unwatched.Min), math.Abs(unwatched.Max)))
+		if stack == "go" && haveTwins && unwatched.ok() {
+			note += fmt.Sprintf("; in the same window, at twice this load: the watched server against its unwatched twin (a bystander, so without what the port test costs every server) %s CPU per chunk, two unwatched twins %s, the difference paired by repeat %s; two servers that cost the same came out up to %.1f%% apart in CPU time here",
+				twin.pct(), unwatched.pct(), excess.pct(), 100*max(math.Abs(unwatched.Min), math.Abs(unwatched.Max)))
 		}
 		d.target(fmt.Sprintf("%s server: CPU with tokenwire within +%.0f%% of its baseline (paired by repeat)", stack, limit*100), cpu.pct(),
 			atMost(cpu, limit)+note, "2")
@@ -138,7 +142,9 @@ func overheadSection(d *doc) error {
 	bpfByProgram(d, bt, by)
 	exportedTable(d, variants, sp)
 	for _, stack := range []string{"go", "python"} {
-		if err := plotLatency(ht, stack); err != nil {
+		if err := plotLatency(ht, stack); errors.Is(err, errNoData) {
+			continue // the run had no variant of this stack
+		} else if err != nil {
 			return err
 		}
 		d.p("![chunk delivery latency, %s server](bench/results/latency-%s.png)\n\n", stack, stack)
@@ -217,9 +223,21 @@ func writeShareNote(d *doc, bt *benchutil.Table, v, base string, by map[string][
 	return "; " + what
 }
 
-// twinDiff is a twin variant's watched server's CPU per chunk against its
-// unwatched twin's in the same window, less 1.
+// errNoData: a plot would have nothing to draw.
+var errNoData = errors.New("no data")
+
+// isTwin says whether v is a twin variant: two servers, twice the load.
+func isTwin(v string) bool {
+	_, obs, _ := strings.Cut(v, "/")
+	return strings.HasPrefix(obs, "twin")
+}
+
+// twinDiff is a twin variant's first server's CPU per chunk against its
+// twin's in the same window, less 1 (NaN when either delivered nothing).
 func twinDiff(r orow) float64 {
+	if num(r, "chunks") == 0 || num(r, "twin_chunks") == 0 || num(r, "twin_server_cpu_s") == 0 {
+		return math.NaN()
+	}
 	return (num(r, "server_cpu_s")/num(r, "chunks"))/(num(r, "twin_server_cpu_s")/num(r, "twin_chunks")) - 1
 }
 
@@ -228,11 +246,11 @@ func twinDiff(r orow) float64 {
 // neither (twin-unwatched). Drift between windows moves both alike, so
 // twin-unwatched measures how far apart CPU time puts two servers that
 // cost the same, and twin what watching one adds over a bystander.
-func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64) spread) (twin, unwatched spread, ok bool) {
+func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64) spread) (twin, unwatched, excess spread, ok bool) {
 	if by["go/twin"] == nil || by["go/twin-unwatched"] == nil {
-		return spread{}, spread{}, false
+		return spread{}, spread{}, spread{}, false
 	}
-	d.p("\n**Twins, in the same window.** Two identical Go servers under identical loads (%s streams each) run side by side, which doubles the host's load; in go/twin the collector tracks streams on one of the two ports (the other is a bystander: its writes run the stream programs up to the port test), in go/twin-unwatched on neither (both are bystanders). Which port is watched alternates by repeat. The first server's CPU per chunk against the second's, in the same window:\n\n",
+	d.p("\n**Twins, in the same window.** Two identical Go servers under identical loads (%s streams each) run side by side, which doubles the host's load; in go/twin the collector tracks streams on one of the two ports (the other is a bystander: its writes run the stream programs up to the port test), in go/twin-unwatched on neither (both are bystanders). Which port is the first server's alternates by repeat; the first server (the watched one in go/twin) is always started first, in both variants. The first server's CPU per chunk against the second's, in the same window:\n\n",
 		by["go/twin"][0]["streams"])
 	d.p("| variant | first server's CPU per chunk vs its twin's | first server, cores | twin, cores | first server's p99 ms | twin's p99 ms | twin's errors |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range []string{"go/twin", "go/twin-unwatched"} {
@@ -242,7 +260,17 @@ func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64)
 			sp(v, p99Of).f(3), sp(v, func(r orow) float64 { return num(r, "twin_latency_p99_ms") }).f(3),
 			sp(v, func(r orow) float64 { return num(r, "twin_errors") }).f(0))
 	}
-	return sp("go/twin", twinDiff), sp("go/twin-unwatched", twinDiff), true
+	var x []float64
+	for _, a := range by["go/twin"] {
+		for _, b := range by["go/twin-unwatched"] {
+			if a["repeat"] == b["repeat"] {
+				x = append(x, twinDiff(a)-twinDiff(b))
+			}
+		}
+	}
+	excess = spreadOf(x)
+	d.p("\nWhat watching one twin adds over the unwatched pair's own difference, paired by repeat: %s of the bystander twin's CPU per chunk. It leaves out what the port test costs every server (both twins pay it), and it is at twice the load of the other variants.\n", excess.pct())
+	return sp("go/twin", twinDiff), sp("go/twin-unwatched", twinDiff), excess, true
 }
 
 // rowOf is the overhead.csv row of r's variant and repeat (nil if none).

@@ -22,14 +22,17 @@ func plotLatency(ht *benchutil.Table, stack string) error {
 	type pt struct{ le, c float64 }
 	hist := map[string][]pt{}
 	for _, r := range ht.Rows {
-		if !strings.HasPrefix(r["variant"], stack+"/") {
-			continue
+		if !strings.HasPrefix(r["variant"], stack+"/") || isTwin(r["variant"]) {
+			continue // twins ran at twice the load
 		}
 		le := math.Inf(1)
 		if r["le_us"] != "+Inf" {
 			le = num(r, "le_us")
 		}
 		hist[r["variant"]] = append(hist[r["variant"]], pt{le, num(r, "count")})
+	}
+	if len(hist) == 0 {
+		return errNoData
 	}
 	p := plot.New()
 	p.Title.Text = "chunk delivery latency, " + stack + " server (all repeats)"

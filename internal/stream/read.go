@@ -1,7 +1,14 @@
 package stream
 
+import (
+	"math/bits"
+	"sync/atomic"
+)
+
 // Read blocks until the next record and decodes it into rec. It returns
-// ErrClosed after Close. Not safe for concurrent use; allocates nothing.
+// ErrClosed after Close. The records of a stream that come after its END
+// (recentEnds) are dropped here, so a consumer sees none. Not safe for
+// concurrent use; allocates nothing.
 func (t *Tracer) Read(rec *Record) error {
 	for {
 		raw, err := t.Next()
@@ -34,16 +41,19 @@ func (t *Tracer) Read(rec *Record) error {
 type recentEnds struct {
 	ids  [64]ID
 	next int
-	// held counts the ids in each of 256 places (by a hash of the ID):
-	// a record whose place holds none, nearly every one, is answered
-	// without comparing it with the 64.
-	held [256]uint8
+	// slots[place(id)] has bit i set when ids[i] has that place: a
+	// record is compared only with the ends of its place, which for
+	// most records is none.
+	slots [256]uint64
+	// lateEnds and lateOthers count the dropped records: second ENDs,
+	// and the other kinds.
+	lateEnds, lateOthers atomic.Uint64
 }
 
-// place is id's place in held.
+// place is id's place in slots.
 func place(id ID) uint8 {
-	h := id.Sock ^ id.Gen*0x9e3779b97f4a7c15 ^ uint64(id.Seq)*0xbf58476d1ce4e5b9
-	return uint8(h ^ h>>29 ^ h>>47)
+	h := (id.Sock ^ id.Gen<<1 ^ uint64(id.Seq)<<32) * 0x9e3779b97f4a7c15
+	return uint8(h >> 56)
 }
 
 // drop reports whether rec belongs to a stream whose END was read
@@ -54,6 +64,11 @@ func (r *recentEnds) drop(rec *Record) bool {
 		return false
 	}
 	if r.has(rec.ID) {
+		if rec.Kind == KindEnd {
+			r.lateEnds.Add(1)
+		} else {
+			r.lateOthers.Add(1)
+		}
 		return true
 	}
 	if rec.Kind == KindEnd {
@@ -63,11 +78,8 @@ func (r *recentEnds) drop(rec *Record) bool {
 }
 
 func (r *recentEnds) has(id ID) bool {
-	if r.held[place(id)] == 0 {
-		return false
-	}
-	for _, seen := range r.ids {
-		if seen == id {
+	for m := r.slots[place(id)]; m != 0; m &= m - 1 {
+		if r.ids[bits.TrailingZeros64(m)] == id {
 			return true
 		}
 	}
@@ -75,11 +87,16 @@ func (r *recentEnds) has(id ID) bool {
 }
 
 func (r *recentEnds) add(id ID) {
-	old := &r.ids[r.next]
-	if *old != (ID{}) {
-		r.held[place(*old)]--
+	if old := r.ids[r.next]; old != (ID{}) {
+		r.slots[place(old)] &^= 1 << r.next
 	}
-	*old = id
-	r.held[place(id)]++
+	r.ids[r.next] = id
+	r.slots[place(id)] |= 1 << r.next
 	r.next = (r.next + 1) % len(r.ids)
+}
+
+// LateRecords counts the records Read dropped because their stream's END
+// came before them: second ENDs, and the other kinds (PROGRESS, body).
+func (t *Tracer) LateRecords() (ends, others uint64) {
+	return t.ended.lateEnds.Load(), t.ended.lateOthers.Load()
 }

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"math/bits"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,11 +37,13 @@ func TestRecordsAfterTheirEndAreDropped(t *testing.T) {
 	require.False(t, drop(KindProgress, a))
 	require.False(t, drop(KindProgress, next))
 	held := 0
-	for _, n := range r.held {
-		held += int(n)
+	for _, m := range r.slots {
+		held += bits.OnesCount64(m)
 	}
-	require.Equal(t, len(r.ids), held)
+	require.Equal(t, len(r.ids), held, "each remembered end is in one place")
 	for i := range uint64(64) {
 		require.True(t, drop(KindProgress, ID{Sock: 0x1000 + i*64, Gen: 1, Seq: uint32(i)}))
 	}
+	require.EqualValues(t, 1, r.lateEnds.Load())
+	require.EqualValues(t, 67, r.lateOthers.Load())
 }

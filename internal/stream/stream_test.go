@@ -57,13 +57,14 @@ func testConfig(ports ...uint16) Config {
 
 // recorder keeps every record of a tracer, by stream.
 type recorder struct {
+	tr   *Tracer
 	mu   sync.Mutex
 	recs []Record
 	done chan struct{}
 }
 
 func record(t *testing.T, tr *Tracer) *recorder {
-	r := &recorder{done: make(chan struct{})}
+	r := &recorder{tr: tr, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		var rec Record
@@ -116,6 +117,11 @@ func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
+	// Read drops what comes after a stream's END; a second END can come
+	// of a write's race with a close, another kind should not.
+	if _, others := r.tr.LateRecords(); others != 0 {
+		t.Errorf("%d records (not ENDs) came after their stream's END", others)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := map[ID][]Record{}

@@ -265,8 +265,10 @@ func (a *Aggregator) OpenCount() int {
 	return len(a.open)
 }
 
-// Add folds one record in. In steady state (series, paths, models and
-// processes seen before) it does not allocate unless spans are on.
+// Add folds one record in, as stream.Tracer.Read returns them: what
+// came after a stream's END was dropped there. In steady state (series,
+// paths, models and processes seen before) it does not allocate unless
+// spans are on.
 func (a *Aggregator) Add(rec *stream.Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
