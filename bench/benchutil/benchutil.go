@@ -302,6 +302,37 @@ func CPUVulnerabilities() []string {
 	return out
 }
 
+// TLBIsolation says how the kernel isolates its page tables from user
+// space, from the first CPU's flags in /proc/cpuinfo: "pti" is set while
+// page-table isolation is on, "pcid" when the CPU can keep TLB entries of
+// several address spaces apart. With pti and no pcid, every entry to and
+// exit from the kernel flushes the TLB, so a BPF program's first load from
+// each page in every system call walks the page tables: a cost that
+// depends on which pages a program touches, not on what it computes. ""
+// when /proc/cpuinfo cannot be read.
+func TLBIsolation() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	var flags []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			flags = strings.Fields(v)
+			break
+		}
+	}
+	pti, pcid := slices.Contains(flags, "pti"), slices.Contains(flags, "pcid")
+	switch {
+	case pti && !pcid:
+		return "page-table isolation on (cpu flag pti) and no pcid flag: the TLB is flushed at every entry to and exit from the kernel"
+	case pti:
+		return "page-table isolation on (cpu flag pti), with pcid: the kernel's and user space's TLB entries are kept apart, not flushed"
+	default:
+		return "no page-table isolation (no cpu flag pti)"
+	}
+}
+
 // RaiseNofile raises RLIMIT_NOFILE's soft limit to at least need: to the
 // hard limit, and the hard limit itself if need is above it (root with
 // CAP_SYS_RESOURCE). It fails only when fewer than need descriptors remain.
@@ -364,6 +395,9 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "the connection's slot, found by its hash (inlined lookup, no helper call; the receiver's with BPF atomics, Linux 5.12+)"},
 	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "instead of the slot: the socket's local storage, looked up (made on the socket's first write; the receiver's where a connection's slot is held by another)", Base: "step-port"},
 	{Mode: "step-hash", Prog: "tw_pt_0b_hash", Adds: "instead of the slot: a hash map keyed by the socket's address (the receiver's for hook types without socket storage)", Base: "step-port"},
+	{Mode: "step-small", Prog: "tw_pt_0b_small", Adds: "instead of the slot: the same slots, 64 of them (16 KiB, which the kernel allocates in its direct map, 2 MiB pages; the receiver's 8192, 2 MiB in all, are in 4 KiB pages)", Base: "step-port"},
+	{Mode: "step-nested", Prog: "tw_pt_0b_nested", Adds: "instead of the slot: as many slots, in 128 arrays of 64 (an array of maps), each in the direct map", Base: "step-port"},
+	{Mode: "step-hot", Prog: "tw_pt_0b_hot", Adds: "instead of the slot: one value that every write of every connection reads (a line that stays in cache; the least any lookup of state costs)", Base: "step-port"},
 	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-slot"},
 	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the state (the write's time, a count)"},
 	{Mode: "step-store-state", Prog: "tw_pt_1_store", Adds: "instead of the slot: the clock read and the same two updates in local storage", Base: "step-store"},

@@ -65,12 +65,14 @@ type Meta struct {
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Go      string    `json:"go"`
-	// Machine, CPUs and CPUVulnerabilities describe the host as the
-	// section ran (Machine, runtime.NumCPU, CPUVulnerabilities): a report
-	// regenerated elsewhere still names the machine that measured.
+	// Machine, CPUs, CPUVulnerabilities and TLB describe the host as the
+	// section ran (Machine, runtime.NumCPU, CPUVulnerabilities,
+	// TLBIsolation): a report regenerated elsewhere still names the
+	// machine that measured.
 	Machine            string            `json:"machine,omitempty"`
 	CPUs               int               `json:"cpus,omitempty"`
 	CPUVulnerabilities []string          `json:"cpu_vulnerabilities,omitempty"`
+	TLB                string            `json:"tlb,omitempty"`
 	Host               HostLoad          `json:"host"`
 	Params             map[string]string `json:"params,omitempty"`
 }
@@ -125,6 +127,7 @@ func (r *Results) WriteJSON(name string, v any) error {
 func (r *Results) WriteMeta(params map[string]string) error {
 	m := Meta{RunID: r.RunID, Section: r.Section, Command: os.Args, Start: r.start.UTC(), End: time.Now().UTC(),
 		Go: runtime.Version(), Machine: Machine(), CPUs: runtime.NumCPU(), CPUVulnerabilities: CPUVulnerabilities(),
+		TLB:  TLBIsolation(),
 		Host: r.host.Stop(), Params: params}
 	return r.WriteJSON(r.Section+".meta.json", m)
 }

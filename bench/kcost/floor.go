@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"strings"
 
@@ -80,7 +81,28 @@ func attachPart(st benchutil.WriteStep, port uint16) (*benchProgs, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := fillNested(coll.Maps["tw_pt_nested"], spec.Maps["tw_pt_nested"].InnerMap); err != nil {
+		coll.Close()
+		return nil, err
+	}
 	return attachAll(collCloser{coll}, coll.Programs[prog])
+}
+
+// fillNested gives every entry of the parts' array of slot arrays an
+// array of its own; the outer array holds them after their fds close.
+func fillNested(outer *ebpf.Map, inner *ebpf.MapSpec) error {
+	for i := uint32(0); i < outer.MaxEntries(); i++ {
+		m, err := ebpf.NewMap(inner)
+		if err != nil {
+			return fmt.Errorf("tw_pt_nested[%d]: %w", i, err)
+		}
+		err = outer.Put(i, m)
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("tw_pt_nested[%d]: %w", i, err)
+		}
+	}
+	return nil
 }
 
 type collCloser struct{ *ebpf.Collection }

@@ -21,6 +21,13 @@
  *                   connection whose slot another holds, and on 5.11
  *   tw_pt_0b_hash   or a hash map keyed by the socket's address (the
  *                   receiver's for hook types without socket storage)
+ *   tw_pt_0b_small  or the same slots, 64 of them: small enough that the
+ *                   kernel allocates them in its direct map (2 MiB pages)
+ *                   where the receiver's 8192 are vmalloc'ed (4 KiB pages)
+ *   tw_pt_0b_nested or as many slots as the receiver's, in 128 arrays of 64
+ *                   (an array of maps): each in the direct map
+ *   tw_pt_0b_hot    or one value read by every write of every connection:
+ *                   a line that stays in cache, the least any lookup costs
  *   tw_pt_0c_clock  + a clock read
  *   tw_pt_1_state   + two updates of the state
  *   tw_pt_1_store   or the clock read and the same two updates in local
@@ -85,6 +92,41 @@ struct {
 	__type(value, struct part_slot);
 } tw_pt_slots SEC(".maps");
 
+/* The same slots, few enough (16 KiB) that the kernel allocates the array
+ * with kmalloc, in its direct map, rather than with vmalloc: what the
+ * slots' pages cost where the TLB is flushed at every system call. */
+#define PART_SMALL_SLOTS 64
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PART_SMALL_SLOTS);
+	__type(key, __u32);
+	__type(value, struct part_slot);
+} tw_pt_small SEC(".maps");
+
+/* The receiver's number of slots in arrays of the small ones' size, each
+ * in the direct map: the outer array picks one by the hash's high bits. */
+struct part_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PART_SMALL_SLOTS);
+	__type(key, __u32);
+	__type(value, struct part_slot);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, PART_SLOTS / PART_SMALL_SLOTS);
+	__type(key, __u32);
+	__array(values, struct part_inner);
+} tw_pt_nested SEC(".maps");
+
+/* One slot that every write reads and none writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct part_slot);
+} tw_pt_hot SEC(".maps");
+
 static __always_inline int watched(const struct sock *sk)
 {
 	return sk->__sk_common.skc_num == port;
@@ -101,6 +143,16 @@ static __always_inline int store(struct sock *sk)
 	return 0;
 }
 
+/* take makes s the slot of sk, taking it over from whichever held it. */
+static __always_inline void take(struct part_slot *s, const struct sock *sk)
+{
+	if (s->owner != (__u64)sk) {
+		s->owner = (__u64)sk;
+		s->st.last_ns = 0;
+		s->st.writes = 0;
+	}
+}
+
 /* slot finds the connection's slot as stream_state.h's state_of does. The
  * receiver claims a free slot with a compare-and-swap once per connection
  * and frees it at the close, which no part sees: here a connection takes
@@ -112,11 +164,7 @@ static __always_inline struct part_slot *slot(const struct sock *sk)
 	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_slots, &i);
 	if (!s)
 		return NULL;
-	if (s->owner != (__u64)sk) {
-		s->owner = (__u64)sk;
-		s->st.last_ns = 0;
-		s->st.writes = 0;
-	}
+	take(s, sk);
 	return s;
 }
 
@@ -190,6 +238,46 @@ int BPF_PROG(tw_pt_0b_slot, struct sock *sk, int ret)
 	if (ret <= 0 || !watched(sk))
 		return 0;
 	return slot(sk) != NULL;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0b_small, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	__u32 i = sk->__sk_common.skc_hash & (PART_SMALL_SLOTS - 1);
+	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_small, &i);
+	if (!s)
+		return 0;
+	take(s, sk);
+	return 1;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0b_nested, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	__u32 h = sk->__sk_common.skc_hash & (PART_SLOTS - 1);
+	__u32 o = h / PART_SMALL_SLOTS, i = h & (PART_SMALL_SLOTS - 1);
+	void *inner = bpf_map_lookup_elem(&tw_pt_nested, &o);
+	if (!inner)
+		return 0;
+	struct part_slot *s = bpf_map_lookup_elem(inner, &i);
+	if (!s)
+		return 0;
+	take(s, sk);
+	return 1;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tw_pt_0b_hot, struct sock *sk, int ret)
+{
+	if (ret <= 0 || !watched(sk))
+		return 0;
+	__u32 i = 0;
+	struct part_slot *s = bpf_map_lookup_elem(&tw_pt_hot, &i);
+	return s && s->owner == (__u64)sk;
 }
 
 SEC("tp_btf/sock_send_length")

@@ -37,14 +37,20 @@ type partsPartState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	partsMapTwPtHot         = "tw_pt_hot"
+	partsMapTwPtNested      = "tw_pt_nested"
 	partsMapTwPtSk          = "tw_pt_sk"
 	partsMapTwPtSlots       = "tw_pt_slots"
+	partsMapTwPtSmall       = "tw_pt_small"
 	partsMapTwPtSocks       = "tw_pt_socks"
 	partsMapTwStFragBase    = "tw_st_frag_base"
 	partsProgTwPt0Sk        = "tw_pt_0_sk"
 	partsProgTwPt0aPort     = "tw_pt_0a_port"
 	partsProgTwPt0bHash     = "tw_pt_0b_hash"
+	partsProgTwPt0bHot      = "tw_pt_0b_hot"
+	partsProgTwPt0bNested   = "tw_pt_0b_nested"
 	partsProgTwPt0bSlot     = "tw_pt_0b_slot"
+	partsProgTwPt0bSmall    = "tw_pt_0b_small"
 	partsProgTwPt0bStore    = "tw_pt_0b_store"
 	partsProgTwPt0cClock    = "tw_pt_0c_clock"
 	partsProgTwPt1State     = "tw_pt_1_state"
@@ -102,25 +108,31 @@ type partsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsProgramSpecs struct {
-	TwPt0Sk     *ebpf.ProgramSpec `ebpf:"tw_pt_0_sk"`
-	TwPt0aPort  *ebpf.ProgramSpec `ebpf:"tw_pt_0a_port"`
-	TwPt0bHash  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_hash"`
-	TwPt0bSlot  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_slot"`
-	TwPt0bStore *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
-	TwPt0cClock *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
-	TwPt1State  *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
-	TwPt1Store  *ebpf.ProgramSpec `ebpf:"tw_pt_1_store"`
-	TwPt2Args   *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
-	TwPt3Copy   *ebpf.ProgramSpec `ebpf:"tw_pt_3_copy"`
-	TwPt3Tail   *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
+	TwPt0Sk      *ebpf.ProgramSpec `ebpf:"tw_pt_0_sk"`
+	TwPt0aPort   *ebpf.ProgramSpec `ebpf:"tw_pt_0a_port"`
+	TwPt0bHash   *ebpf.ProgramSpec `ebpf:"tw_pt_0b_hash"`
+	TwPt0bHot    *ebpf.ProgramSpec `ebpf:"tw_pt_0b_hot"`
+	TwPt0bNested *ebpf.ProgramSpec `ebpf:"tw_pt_0b_nested"`
+	TwPt0bSlot   *ebpf.ProgramSpec `ebpf:"tw_pt_0b_slot"`
+	TwPt0bSmall  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_small"`
+	TwPt0bStore  *ebpf.ProgramSpec `ebpf:"tw_pt_0b_store"`
+	TwPt0cClock  *ebpf.ProgramSpec `ebpf:"tw_pt_0c_clock"`
+	TwPt1State   *ebpf.ProgramSpec `ebpf:"tw_pt_1_state"`
+	TwPt1Store   *ebpf.ProgramSpec `ebpf:"tw_pt_1_store"`
+	TwPt2Args    *ebpf.ProgramSpec `ebpf:"tw_pt_2_args"`
+	TwPt3Copy    *ebpf.ProgramSpec `ebpf:"tw_pt_3_copy"`
+	TwPt3Tail    *ebpf.ProgramSpec `ebpf:"tw_pt_3_tail"`
 }
 
 // partsMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type partsMapSpecs struct {
+	TwPtHot      *ebpf.MapSpec `ebpf:"tw_pt_hot"`
+	TwPtNested   *ebpf.MapSpec `ebpf:"tw_pt_nested"`
 	TwPtSk       *ebpf.MapSpec `ebpf:"tw_pt_sk"`
 	TwPtSlots    *ebpf.MapSpec `ebpf:"tw_pt_slots"`
+	TwPtSmall    *ebpf.MapSpec `ebpf:"tw_pt_small"`
 	TwPtSocks    *ebpf.MapSpec `ebpf:"tw_pt_socks"`
 	TwStFragBase *ebpf.MapSpec `ebpf:"tw_st_frag_base"`
 }
@@ -157,16 +169,22 @@ func (o *partsObjects) Close() error {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsMaps struct {
+	TwPtHot      *ebpf.Map `ebpf:"tw_pt_hot"`
+	TwPtNested   *ebpf.Map `ebpf:"tw_pt_nested"`
 	TwPtSk       *ebpf.Map `ebpf:"tw_pt_sk"`
 	TwPtSlots    *ebpf.Map `ebpf:"tw_pt_slots"`
+	TwPtSmall    *ebpf.Map `ebpf:"tw_pt_small"`
 	TwPtSocks    *ebpf.Map `ebpf:"tw_pt_socks"`
 	TwStFragBase *ebpf.Map `ebpf:"tw_st_frag_base"`
 }
 
 func (m *partsMaps) Close() error {
 	return _PartsClose(
+		m.TwPtHot,
+		m.TwPtNested,
 		m.TwPtSk,
 		m.TwPtSlots,
+		m.TwPtSmall,
 		m.TwPtSocks,
 		m.TwStFragBase,
 	)
@@ -188,17 +206,20 @@ type partsVariables struct {
 //
 // It can be passed to loadPartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type partsPrograms struct {
-	TwPt0Sk     *ebpf.Program `ebpf:"tw_pt_0_sk"`
-	TwPt0aPort  *ebpf.Program `ebpf:"tw_pt_0a_port"`
-	TwPt0bHash  *ebpf.Program `ebpf:"tw_pt_0b_hash"`
-	TwPt0bSlot  *ebpf.Program `ebpf:"tw_pt_0b_slot"`
-	TwPt0bStore *ebpf.Program `ebpf:"tw_pt_0b_store"`
-	TwPt0cClock *ebpf.Program `ebpf:"tw_pt_0c_clock"`
-	TwPt1State  *ebpf.Program `ebpf:"tw_pt_1_state"`
-	TwPt1Store  *ebpf.Program `ebpf:"tw_pt_1_store"`
-	TwPt2Args   *ebpf.Program `ebpf:"tw_pt_2_args"`
-	TwPt3Copy   *ebpf.Program `ebpf:"tw_pt_3_copy"`
-	TwPt3Tail   *ebpf.Program `ebpf:"tw_pt_3_tail"`
+	TwPt0Sk      *ebpf.Program `ebpf:"tw_pt_0_sk"`
+	TwPt0aPort   *ebpf.Program `ebpf:"tw_pt_0a_port"`
+	TwPt0bHash   *ebpf.Program `ebpf:"tw_pt_0b_hash"`
+	TwPt0bHot    *ebpf.Program `ebpf:"tw_pt_0b_hot"`
+	TwPt0bNested *ebpf.Program `ebpf:"tw_pt_0b_nested"`
+	TwPt0bSlot   *ebpf.Program `ebpf:"tw_pt_0b_slot"`
+	TwPt0bSmall  *ebpf.Program `ebpf:"tw_pt_0b_small"`
+	TwPt0bStore  *ebpf.Program `ebpf:"tw_pt_0b_store"`
+	TwPt0cClock  *ebpf.Program `ebpf:"tw_pt_0c_clock"`
+	TwPt1State   *ebpf.Program `ebpf:"tw_pt_1_state"`
+	TwPt1Store   *ebpf.Program `ebpf:"tw_pt_1_store"`
+	TwPt2Args    *ebpf.Program `ebpf:"tw_pt_2_args"`
+	TwPt3Copy    *ebpf.Program `ebpf:"tw_pt_3_copy"`
+	TwPt3Tail    *ebpf.Program `ebpf:"tw_pt_3_tail"`
 }
 
 func (p *partsPrograms) Close() error {
@@ -206,7 +227,10 @@ func (p *partsPrograms) Close() error {
 		p.TwPt0Sk,
 		p.TwPt0aPort,
 		p.TwPt0bHash,
+		p.TwPt0bHot,
+		p.TwPt0bNested,
 		p.TwPt0bSlot,
+		p.TwPt0bSmall,
 		p.TwPt0bStore,
 		p.TwPt0cClock,
 		p.TwPt1State,

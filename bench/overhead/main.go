@@ -164,17 +164,20 @@ func orchestrate() error {
 	}
 	e.handleSignals()
 
-	if *bystanderPort == *port || *bystanderPort == *pyPort || *bystanderPort == *twinPort {
-		return fmt.Errorf("-bystander-port %d is a server's port: a bystander's collector must watch another", *bystanderPort)
-	}
-	if *twinPort == *port || *twinPort == *pyPort {
-		return fmt.Errorf("-twin-port %d is another server's port", *twinPort)
-	}
 	variants := strings.Split(*variantsFlag, ",")
+	twins := false
 	for _, v := range variants {
-		if _, _, ok := splitVariant(v); !ok {
+		_, obs, ok := splitVariant(v)
+		if !ok {
 			return fmt.Errorf("-variants: %q is none of %s", v, strings.Join(variantNames(), ", "))
 		}
+		twins = twins || obs.twin
+	}
+	if *bystanderPort == *port || *bystanderPort == *pyPort || (twins && *bystanderPort == *twinPort) {
+		return fmt.Errorf("-bystander-port %d is a server's port: a bystander's collector must watch another", *bystanderPort)
+	}
+	if twins && (*twinPort == *port || *twinPort == *pyPort) {
+		return fmt.Errorf("-twin-port %d is another server's port", *twinPort)
 	}
 	var rows []row
 	for r := range *repeats {

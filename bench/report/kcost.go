@@ -156,8 +156,8 @@ func kcostSection(d *doc) error {
 			plotRows[l][p] = pc.Med
 			d.p("| %s | %s | %s | %s | %s | %s | %s |\n", p, hook, each(tw, func(r kround) float64 { return r.runs[p] / r.chunks }).f(2),
 				perRun.f(0), pc.f(0), flRun.f(0), verdict)
-			if flProg != "" && flRun.ok() {
-				d.emptyNs[hook] = max(d.emptyNs[hook], flRun.Max)
+			if hook == "sock_send_length" && flProg != "" && flRun.ok() {
+				d.emptyWriteNs = max(d.emptyWriteNs, flRun.Max)
 			}
 			if hook == "sock_send_length" {
 				d.target(fmt.Sprintf("write-path program (%s) at most 2x the empty program on its hook + 50 ns, %s load", p, l),

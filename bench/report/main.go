@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,9 +33,10 @@ type doc struct {
 	strings.Builder
 	runID   string
 	targets []target // the summary table, filled by the sections
-	// emptyNs is the most an empty program took per run in section 1,
-	// by hook (ns; absent when that section has none).
-	emptyNs map[string]float64
+	// emptyWriteNs is the most the empty program on the write hook
+	// (sock_send_length) took per run in section 1 (ns; 0 when that
+	// section has none).
+	emptyWriteNs float64
 }
 
 // target is one line of the targets table.
@@ -58,7 +60,7 @@ func run() error {
 		}
 		id = strings.TrimSpace(string(b))
 	}
-	body := doc{emptyNs: map[string]float64{}}
+	body := doc{}
 	body.runID = id
 	sections := []struct {
 		name string
@@ -156,6 +158,11 @@ func machineFacts(d *doc, metas []*benchutil.Meta) {
 	fact("Machine (detected by each section as it ran)", func(m *benchutil.Meta) string { return m.Machine })
 	fact("CPU vulnerabilities that the kernel reported affected this CPU, with its mitigations (`/sys/devices/system/cpu/vulnerabilities`, \"Not affected\" left out; retpolines and return thunks such as SRSO's safe RET change what every kernel call and return costs, JIT-compiled BPF programs' included, so the floors below are comparable only between runs with the same list)",
 		func(m *benchutil.Meta) string { return strings.Join(m.CPUVulnerabilities, "; ") })
+	if !slices.ContainsFunc(metas, func(m *benchutil.Meta) bool { return m.TLB != "" }) {
+		return // a run from before the fact was recorded
+	}
+	fact("The kernel's page tables (the first CPU's flags in `/proc/cpuinfo`; where the TLB is flushed at every entry to and exit from the kernel, a program walks the page tables on its first load from each page in every run, so what a lookup costs depends on which pages it touches as much as on what it computes: compare the parts' slots, small slots, nested slots and hot value in section 1)",
+		func(m *benchutil.Meta) string { return m.TLB })
 }
 
 // cpusInAll says how many CPUs the sections recorded.

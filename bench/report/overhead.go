@@ -98,7 +98,7 @@ func overheadSection(d *doc) error {
 	for _, v := range variants {
 		stack, obs, _ := strings.Cut(v, "/")
 		base := stack + "/baseline"
-		if obs == "baseline" || strings.HasPrefix(obs, "twin") || by[base] == nil {
+		if obs == "baseline" || isTwin(v) || by[base] == nil {
 			continue
 		}
 		cpu := paired(v, base, serverCPURatio)
@@ -186,8 +186,8 @@ func probeTable(d *doc, variants []string, by map[string][]orow, sp func(string,
 // write of the server), over the baseline's CPU per chunk in the same
 // repeat. The write program runs inside the server's own writes.
 func writeShareNote(d *doc, bt *benchutil.Table, v, base string, by map[string][]orow, limit float64) string {
-	empty, ok := d.emptyNs["sock_send_length"]
-	if !ok {
+	empty := d.emptyWriteNs
+	if empty == 0 {
 		return ""
 	}
 	type sum struct{ ns, cnt float64 }
