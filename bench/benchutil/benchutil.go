@@ -309,7 +309,7 @@ func CPUVulnerabilities() []string {
 // exit from the kernel flushes the TLB, so a BPF program's first load from
 // each page in every system call walks the page tables: a cost that
 // depends on which pages a program touches, not on what it computes. ""
-// when /proc/cpuinfo cannot be read.
+// when /proc/cpuinfo cannot be read or has no flags line.
 func TLBIsolation() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -321,6 +321,9 @@ func TLBIsolation() string {
 			flags = strings.Fields(v)
 			break
 		}
+	}
+	if flags == nil {
+		return "" // no x86 flags line (arm64 names them otherwise)
 	}
 	pti, pcid := slices.Contains(flags, "pti"), slices.Contains(flags, "pcid")
 	switch {
@@ -395,8 +398,8 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "the connection's slot, found by its hash (inlined lookup, no helper call; the receiver's with BPF atomics, Linux 5.12+)"},
 	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "instead of the slot: the socket's local storage, looked up (made on the socket's first write; the receiver's where a connection's slot is held by another)", Base: "step-port"},
 	{Mode: "step-hash", Prog: "tw_pt_0b_hash", Adds: "instead of the slot: a hash map keyed by the socket's address (the receiver's for hook types without socket storage)", Base: "step-port"},
-	{Mode: "step-small", Prog: "tw_pt_0b_small", Adds: "instead of the slot: the same slots, 64 of them (16 KiB, which the kernel allocates in its direct map, 2 MiB pages; the receiver's 8192, 2 MiB in all, are in 4 KiB pages)", Base: "step-port"},
-	{Mode: "step-nested", Prog: "tw_pt_0b_nested", Adds: "instead of the slot: as many slots, in 128 arrays of 64 (an array of maps), each in the direct map", Base: "step-port"},
+	{Mode: "step-small", Prog: "tw_pt_0b_small", Adds: "instead of the slot: slots like the receiver's, 64 of them, so that more connections share one (16 KiB, small enough for the kernel to allocate with kmalloc, in its direct map; the receiver's 8192, 2 MiB in all, are vmalloc'ed)", Base: "step-port"},
+	{Mode: "step-nested", Prog: "tw_pt_0b_nested", Adds: "instead of the slot: as many slots as the receiver's, in 128 arrays of 64 (an array of maps), each kmalloc'ed", Base: "step-port"},
 	{Mode: "step-hot", Prog: "tw_pt_0b_hot", Adds: "instead of the slot: one value that every write of every connection reads (a line that stays in cache; the least any lookup of state costs)", Base: "step-port"},
 	{Mode: "step-clock", Prog: "tw_pt_0c_clock", Adds: "a clock read (bpf_ktime_get_ns)", Base: "step-slot"},
 	{Mode: "step-state", Prog: "tw_pt_1_state", Adds: "two updates of the state (the write's time, a count)"},

@@ -81,9 +81,11 @@ func attachPart(st benchutil.WriteStep, port uint16) (*benchProgs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := fillNested(coll.Maps["tw_pt_nested"], spec.Maps["tw_pt_nested"].InnerMap); err != nil {
-		coll.Close()
-		return nil, err
+	if prog == "tw_pt_0b_nested" {
+		if err := fillNested(coll.Maps["tw_pt_nested"], spec.Maps["tw_pt_nested"].InnerMap); err != nil {
+			coll.Close()
+			return nil, err
+		}
 	}
 	return attachAll(collCloser{coll}, coll.Programs[prog])
 }

@@ -21,11 +21,12 @@
  *                   connection whose slot another holds, and on 5.11
  *   tw_pt_0b_hash   or a hash map keyed by the socket's address (the
  *                   receiver's for hook types without socket storage)
- *   tw_pt_0b_small  or the same slots, 64 of them: small enough that the
- *                   kernel allocates them in its direct map (2 MiB pages)
- *                   where the receiver's 8192 are vmalloc'ed (4 KiB pages)
+ *   tw_pt_0b_small  or slots like the receiver's, 64 of them: small enough
+ *                   for the kernel to kmalloc them (its direct map) where
+ *                   it vmallocs the receiver's 8192; more connections share
+ *                   a slot and take it over from each other
  *   tw_pt_0b_nested or as many slots as the receiver's, in 128 arrays of 64
- *                   (an array of maps): each in the direct map
+ *                   (an array of maps), each kmalloc'ed
  *   tw_pt_0b_hot    or one value read by every write of every connection:
  *                   a line that stays in cache, the least any lookup costs
  *   tw_pt_0c_clock  + a clock read

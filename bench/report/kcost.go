@@ -219,10 +219,10 @@ func writeFloorNote(data map[[2]string][]kround, load, flProg string) string {
 		return n
 	}
 	if n := stepsNote(data, load, flProg, benchutil.StateSteps); n != "" {
-		return "; the target is below what finding a socket's state costs here: the port test and a state lookup and nothing else took, in ns/run, " + n
+		return "; the target is below what the receiver's ways of finding a socket's state cost here: the port test and one of them and nothing else took, in ns/run, " + n
 	}
 	if n := stepsNote(data, load, flProg, benchutil.StampSteps); n != "" {
-		return "; the target is below what timing a socket's writes costs here: the port test, a state lookup, a clock read and two updates of the state and nothing else took, in ns/run, " + n
+		return "; the target is below what timing a socket's writes costs here, the state found as the receiver finds it: the port test, a state lookup, a clock read and two updates of the state and nothing else took, in ns/run, " + n
 	}
 	return ""
 }
@@ -282,9 +282,10 @@ func cheapestSteps(data map[[2]string][]kround, load string, modes []string) (ma
 }
 
 // ratioNote gives, beside the sparse/dense target, the same ratio per run
-// for the empty write program and for each way the parts found a socket's
-// state (port test and lookup, nothing else), paired by round; and says
-// when every way to find state was over 2 by itself in every round.
+// for the empty write program and for each of the receiver's ways to find
+// a socket's state as the parts rebuild them (port test and lookup,
+// nothing else), paired by round; and says when every one was over 2 by
+// itself in every round.
 func ratioNote(data map[[2]string][]kround) string {
 	ratio := func(mode string) (spread, bool) {
 		st := stepOf(mode)
@@ -311,7 +312,7 @@ func ratioNote(data map[[2]string][]kround) string {
 	}
 	note := "; sparse/dense per run on the write hook, paired by round: " + strings.Join(parts, ", ")
 	if allOver {
-		note += "; every way to find a socket's state measured here was over 2 by itself in every round"
+		note += "; every way the receiver finds a socket's state was over 2 by itself in every round"
 	}
 	return note + floorsRatioNote(data)
 }
@@ -357,7 +358,7 @@ func hooksFloorNote(data map[[2]string][]kround, load string) string {
 		return ""
 	}
 	return fmt.Sprintf("; the target is below what these hooks and finding a socket's state cost here: the empty programs on the other hooks, "+
-		"and the cheapest way to find a socket's state (the parts' port test and lookup) on each write, came to %s ns per chunk, over 250 in every round", sum.f(0))
+		"and the cheapest of the receiver's ways to find a socket's state (the parts' port test and lookup) on each write, came to %s ns per chunk, over 250 in every round", sum.f(0))
 }
 
 // floorsRatioNote says when the sparse/dense target asks the dense load
@@ -383,7 +384,7 @@ func floorsRatioNote(data map[[2]string][]kround) string {
 	if len(ratios) != len(sp) || !r.complete() || r.Min <= 2 {
 		return ""
 	}
-	return fmt.Sprintf("; the floors themselves are further apart: the empty programs on the other hooks and the cheapest way to find a socket's state on each write "+
+	return fmt.Sprintf("; the floors themselves are further apart: the empty programs on the other hooks and the cheapest of the receiver's ways to find a socket's state on each write "+
 		"came to %s ns per chunk sparse against %s dense, %sx paired by round, over 2 in every round, so the target holds only while the dense load costs at least half the sparse floor (%s ns), more than the dense floor",
 		spreadOf(slices.Collect(maps.Values(sp))).f(0), spreadOf(dense).f(0), r.f(2), spreadOf(halves).f(0))
 }

@@ -128,9 +128,10 @@ func header(d *doc, metas []*benchutil.Meta) {
 	d.p("\nReproduce every section with `make bench` (root; `bench/run.sh` lists the commands and their flags).\n\n")
 }
 
-// machineFacts prints the machine and the CPU vulnerability reports the
-// sections recorded as they ran: once when they agree, per section when
-// they do not (the host changed under the run).
+// machineFacts prints the machine, the CPU vulnerability reports and how
+// the kernel's page tables are isolated (runs that recorded it), as the
+// sections recorded them while they ran: once when they agree, per
+// section when they do not (the host changed under the run).
 func machineFacts(d *doc, metas []*benchutil.Meta) {
 	fact := func(label string, of func(*benchutil.Meta) string) {
 		seen := map[string][]string{}
