@@ -161,7 +161,7 @@ func getStream(addr string) (int, int64, error) {
 // denseSparseModes are the modes of the dense and sparse loads: the
 // collector as configured, without response details and without the state
 // slots, then the write program's steps (the floor first).
-var denseSparseModes = append([]string{"tokenwire", "nodetails", "noslots"}, writeStepModes()...)
+var denseSparseModes = append([]string{"tokenwire", "nodetails", "noslots", "smallslots"}, writeStepModes()...)
 
 func writeStepModes() []string {
 	var m []string

@@ -97,21 +97,16 @@ struct {
  * with kmalloc, in its direct map, rather than with vmalloc: what the
  * slots' pages cost where the TLB is flushed at every system call. */
 #define PART_SMALL_SLOTS 64
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, PART_SMALL_SLOTS);
-	__type(key, __u32);
-	__type(value, struct part_slot);
-} tw_pt_small SEC(".maps");
-
-/* The receiver's number of slots in arrays of the small ones' size, each
- * in the direct map: the outer array picks one by the hash's high bits. */
 struct part_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, PART_SMALL_SLOTS);
 	__type(key, __u32);
 	__type(value, struct part_slot);
 };
+struct part_inner tw_pt_small SEC(".maps");
+
+/* The receiver's number of slots in arrays of the small ones' size, each
+ * in the direct map: the outer array picks one by the hash's high bits. */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);

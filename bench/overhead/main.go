@@ -29,10 +29,11 @@
 //     chunk on a shared machine) moves both servers alike, so the
 //     watched server's CPU per chunk against its twin's in the same
 //     window is tokenwire's cost less a bystander's. Which of the two
-//     ports is watched alternates by repeat;
+//     ports is watched alternates by repeat, and which server starts
+//     first every second repeat;
 //   - Go, twin-unwatched: the same two servers, the collector watching
 //     neither (both are bystanders): how far apart CPU time puts two
-//     servers that cost the same, started in the same order.
+//     servers that cost the same, started in the same orders.
 //
 // Every variant's load starts -settle after its server (a tokenwire
 // variant's once the collector has also probed the server, which its /proc
@@ -319,8 +320,8 @@ func printRow(r row) {
 		fmt.Fprintf(os.Stderr, "  first load error: %s\n", r.Load.FirstError)
 	}
 	if r.Twin.Port != 0 {
-		fmt.Fprintf(os.Stderr, "  %-18s watched :%d, twin :%d chunks=%d errors=%d server=%.3f cores; CPU per chunk watched/twin - 1 = %+.1f%%\n",
-			"", r.WatchedPort, r.Twin.Port, r.Twin.Load.Chunks, r.Twin.Load.Errors, r.cores(r.Twin.ServerCPU),
+		fmt.Fprintf(os.Stderr, "  %-18s server :%d, twin :%d (twin started first: %t) chunks=%d errors=%d server=%.3f cores; CPU per chunk server/twin - 1 = %+.1f%%\n",
+			"", r.ServerPort, r.Twin.Port, r.TwinFirst, r.Twin.Load.Chunks, r.Twin.Load.Errors, r.cores(r.Twin.ServerCPU),
 			100*((r.ServerCPU/float64(max(r.Load.Chunks, 1)))/(r.Twin.ServerCPU/float64(max(r.Twin.Load.Chunks, 1)))-1))
 		if r.Twin.Load.FirstError != "" {
 			fmt.Fprintf(os.Stderr, "  twin's first load error: %s\n", r.Twin.Load.FirstError)

@@ -17,7 +17,7 @@ var rowHeader = []string{"repeat", "variant", "streams", "window_s", "cpu_window
 	"server_rss_bytes", "server_hwm_bytes", "collector_rss_bytes", "collector_hwm_bytes",
 	"stats_window_s", "stats_chunks", "bpf_run_ns", "bpf_run_cnt", "collector_spans_exported", "collector_metric_points_exported",
 	"host_busy_cores", "others_cores", "steal_cores", "loadavg1", "probe_collector_cpu_s", "probe_wait_s",
-	"watched_port", "twin_port", "twin_server_cpu_s", "twin_loadgen_cpu_s", "twin_chunks", "twin_errors", "twin_latency_p99_ms"}
+	"server_port", "twin_port", "twin_first", "twin_server_cpu_s", "twin_loadgen_cpu_s", "twin_chunks", "twin_errors", "twin_latency_p99_ms"}
 
 func rowCSV(r row) []string {
 	return []string{strconv.Itoa(r.Repeat), r.Variant, strconv.Itoa(r.Streams), f3(r.Window), f3(r.CPUWindow),
@@ -29,7 +29,7 @@ func rowCSV(r row) []string {
 		f3(r.StatsWindow), strconv.Itoa(r.Load.StatsChunks), u(r.BPFRunNs), u(r.BPFRunCnt), strconv.Itoa(r.Exported.Spans), strconv.Itoa(r.Exported.Points),
 		f3(r.Host.BusyCores), f3(r.Host.OthersCores), f3(r.Host.StealCores), f3(r.Host.LoadEnd),
 		f3(r.ProbeCPU), f3(r.ProbeWait),
-		strconv.Itoa(r.WatchedPort), strconv.Itoa(r.Twin.Port), f3(r.Twin.ServerCPU), f3(r.Twin.LoadCPU),
+		strconv.Itoa(r.ServerPort), strconv.Itoa(r.Twin.Port), strconv.FormatBool(r.TwinFirst), f3(r.Twin.ServerCPU), f3(r.Twin.LoadCPU),
 		strconv.Itoa(r.Twin.Load.Chunks), strconv.Itoa(r.Twin.Load.Errors), f3(at(r.Twin.Load.LatencyMs, 2))}
 }
 

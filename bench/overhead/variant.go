@@ -40,12 +40,15 @@ type row struct {
 	StatsWindow float64            // nominal stats window, seconds (0: none); Load.StatsChunks count inside it
 	Host        benchutil.HostLoad // the host during the window
 	Exported    exported           // what the collector's debug exporter saw, whole run
+	// ServerPort is the server's port: the one the collector watches in
+	// the variants that watch the server.
+	ServerPort int
 	// Twin is a twin variant's second, unwatched server: its port, CPU
 	// seconds in the window and load (zero in other variants); the row's
-	// other server figures are the first server's, and WatchedPort its
-	// port (watched in twin, not in twin-unwatched).
-	Twin        twinResult
-	WatchedPort int
+	// other server figures are the first server's (watched in twin, not
+	// in twin-unwatched). TwinFirst: the twin was started before it.
+	Twin      twinResult
+	TwinFirst bool
 	// ProbeCPU and ProbeWait are the tokenwire collector's CPU seconds and
 	// the seconds from the server's start until the collector reported its
 	// TLS library probed: the one-time cost of a new server, kept out of
@@ -156,17 +159,19 @@ func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
 // right after the stats go off, so that chunks, CPU and BPF each cover
 // their own window. A twin variant starts its second server and load on
 // the same timeline and reads their CPU beside the first's; it measures
-// no BPF (its programs' runs would mix both servers'), and which of its
-// two ports is watched alternates with the repeat.
+// no BPF (its programs' runs would mix both servers'). Which of its two
+// ports is watched alternates with the repeat, and which server starts
+// first every second repeat (twinFirst).
 func (e *env) runVariant(variant string, nStreams int, window time.Duration, repeat int) (rw row, err error) {
 	stack, obs, _ := splitVariant(variant)
-	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds(), WatchedPort: e.serverPort(stack)}
-	ports := []int{rw.WatchedPort}
+	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds(), ServerPort: e.serverPort(stack)}
+	ports := []int{rw.ServerPort}
 	if obs.twin {
 		rw.Twin.Port = *twinPort
 		if repeat%2 == 0 {
-			rw.WatchedPort, rw.Twin.Port = rw.Twin.Port, rw.WatchedPort
+			rw.ServerPort, rw.Twin.Port = rw.Twin.Port, rw.ServerPort
 		}
+		rw.TwinFirst = twinFirst(repeat)
 		ports = append(ports, rw.Twin.Port)
 	}
 	if err := teststack.WaitPortsFree(ports, 2*time.Minute); err != nil {
@@ -174,7 +179,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration, rep
 	}
 	var coll *teststack.Proc
 	if obs.collector != noCollector {
-		watched := rw.WatchedPort
+		watched := rw.ServerPort
 		if !obs.watchesServer {
 			watched = *bystanderPort
 		}
@@ -195,17 +200,34 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration, rep
 		}
 	}
 	started := time.Now()
-	srv, err := e.startServer(stack, rw.WatchedPort, obs.instrumented)
-	if err != nil {
-		return rw, err
-	}
-	defer srv.Stop()
-	var twin *teststack.Proc
+	var srv, twin *teststack.Proc
+	defer func() {
+		if srv != nil {
+			srv.Stop()
+		}
+		if twin != nil {
+			twin.Stop()
+		}
+	}()
+	starts := []func() error{func() (err error) {
+		srv, err = e.startServer(stack, rw.ServerPort, obs.instrumented)
+		return err
+	}}
 	if obs.twin {
-		if twin, err = e.startServer(stack, rw.Twin.Port, false); err != nil {
+		startTwin := func() (err error) {
+			twin, err = e.startServer(stack, rw.Twin.Port, false)
+			return err
+		}
+		if twinFirst(repeat) {
+			starts = append([]func() error{startTwin}, starts...)
+		} else {
+			starts = append(starts, startTwin)
+		}
+	}
+	for _, start := range starts {
+		if err := start(); err != nil {
 			return rw, err
 		}
-		defer twin.Stop()
 	}
 	if obs.collector == tokenwireCollector && obs.watchesServer {
 		// The collector probes a server it has not seen (its TLS library,
@@ -243,7 +265,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration, rep
 	if stack == "python" {
 		wait = time.Duration(*pyChunks)*(*pyInterval)*5 + 60*time.Second
 	}
-	load, err := e.procs.Start(teststack.ProcOptions{Name: "load", Log: e.logs}, e.self, loadArgs(rw.WatchedPort, resFile)...)
+	load, err := e.procs.Start(teststack.ProcOptions{Name: "load", Log: e.logs}, e.self, loadArgs(rw.ServerPort, resFile)...)
 	if err != nil {
 		return rw, err
 	}
@@ -435,4 +457,13 @@ func waitProbed(path string, pid int, timeout time.Duration) error {
 func exited(p *teststack.Proc) bool {
 	done, _ := p.Exited()
 	return done
+}
+
+// twinFirst says whether a twin variant starts its twin before the server
+// in the given repeat (counted from 1): in repeats 2, 3, 6, 7, ... With
+// the watched port alternating every repeat, the watched server is as
+// often the one started first (older when the windows open, and the
+// first to take its share of a loaded host) as the other.
+func twinFirst(repeat int) bool {
+	return (repeat/2)%2 == 1
 }

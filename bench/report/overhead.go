@@ -250,8 +250,8 @@ func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64)
 	if by["go/twin"] == nil || by["go/twin-unwatched"] == nil {
 		return spread{}, spread{}, spread{}, false
 	}
-	d.p("\n**Twins, in the same window.** Two identical Go servers under identical loads (%s streams each) run side by side, which doubles the host's load; in go/twin the collector tracks streams on one of the two ports (the other is a bystander: its writes run the stream programs up to the port test), in go/twin-unwatched on neither (both are bystanders). Which port is the first server's alternates by repeat; the first server (the watched one in go/twin) is always started first, in both variants. The first server's CPU per chunk against the second's, in the same window:\n\n",
-		by["go/twin"][0]["streams"])
+	d.p("\n**Twins, in the same window.** Two identical Go servers under identical loads (%s streams each) run side by side, which doubles the host's load; in go/twin the collector tracks streams on one of the two ports (the other is a bystander: its writes run the stream programs up to the port test), in go/twin-unwatched on neither (both are bystanders). Which port is the first server's alternates by repeat. The first server is the watched one in go/twin; %s. The first server's CPU per chunk against the second's, in the same window:\n\n",
+		by["go/twin"][0]["streams"], startOrder(by["go/twin"], by["go/twin-unwatched"]))
 	d.p("| variant | first server's CPU per chunk vs its twin's | first server, cores | twin, cores | first server's p99 ms | twin's p99 ms | twin's errors |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range []string{"go/twin", "go/twin-unwatched"} {
 		d.p("| %s | %s | %s | %s | %s | %s | %s |\n", v, sp(v, twinDiff).pct(),
@@ -271,6 +271,26 @@ func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64)
 	excess = spreadOf(x)
 	d.p("\nWhat watching one twin adds over the unwatched pair's own difference, paired by repeat: %s of the bystander twin's CPU per chunk. It leaves out what the port test costs every server (both twins pay it), and it is at twice the load of the other variants.\n", excess.pct())
 	return sp("go/twin", twinDiff), sp("go/twin-unwatched", twinDiff), excess, true
+}
+
+// startOrder says which of the twins' servers started first in the
+// repeats of the twin variants, from overhead.csv's twin_first column;
+// runs without it always started the first server first.
+func startOrder(variants ...[]orow) string {
+	var out []string
+	for _, rows := range variants {
+		if _, ok := rows[0]["twin_first"]; !ok {
+			return "the first server is always started first, in both variants"
+		}
+		n := 0
+		for _, r := range rows {
+			if r["twin_first"] == "true" {
+				n++
+			}
+		}
+		out = append(out, fmt.Sprintf("%d of %d repeats of %s", n, len(rows), rows[0]["variant"]))
+	}
+	return "the second server is started first in " + strings.Join(out, " and in ") + ", the first in the others"
 }
 
 // rowOf is the overhead.csv row of r's variant and repeat (nil if none).
