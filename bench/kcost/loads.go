@@ -159,8 +159,9 @@ func getStream(addr string) (int, int64, error) {
 }
 
 // denseSparseModes are the modes of the dense and sparse loads: the
-// collector as configured, without response details and without the state
-// slots, then the write program's steps (the floor first).
+// collector as configured, without response details, without the state
+// slots and with 64 of them, then the write program's steps (the floor
+// first).
 var denseSparseModes = append([]string{"tokenwire", "nodetails", "noslots", "smallslots"}, writeStepModes()...)
 
 func writeStepModes() []string {

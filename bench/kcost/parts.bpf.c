@@ -95,7 +95,8 @@ struct {
 
 /* The same slots, few enough (16 KiB) that the kernel allocates the array
  * with kmalloc, in its direct map, rather than with vmalloc: what the
- * slots' pages cost where the TLB is flushed at every system call. */
+ * slots' pages cost where the TLB is flushed at every system call. The
+ * nested slots' arrays below have the same type. */
 #define PART_SMALL_SLOTS 64
 struct part_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -107,7 +108,6 @@ struct part_inner tw_pt_small SEC(".maps");
 
 /* The receiver's number of slots in arrays of the small ones' size, each
  * in the direct map: the outer array picks one by the hash's high bits. */
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, PART_SLOTS / PART_SMALL_SLOTS);

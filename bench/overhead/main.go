@@ -30,7 +30,7 @@
 //     watched server's CPU per chunk against its twin's in the same
 //     window is tokenwire's cost less a bystander's. Which of the two
 //     ports is watched alternates by repeat, and which server starts
-//     first every second repeat;
+//     first every two repeats (the twin in 2-3, 6-7, ...);
 //   - Go, twin-unwatched: the same two servers, the collector watching
 //     neither (both are bystanders): how far apart CPU time puts two
 //     servers that cost the same, started in the same orders.

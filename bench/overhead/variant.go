@@ -40,14 +40,16 @@ type row struct {
 	StatsWindow float64            // nominal stats window, seconds (0: none); Load.StatsChunks count inside it
 	Host        benchutil.HostLoad // the host during the window
 	Exported    exported           // what the collector's debug exporter saw, whole run
-	// ServerPort is the server's port: the one the collector watches in
-	// the variants that watch the server.
+	// ServerPort is the row's server's port: the one the collector
+	// watches in the variants that watch the server.
 	ServerPort int
 	// Twin is a twin variant's second, unwatched server: its port, CPU
 	// seconds in the window and load (zero in other variants); the row's
-	// other server figures are the first server's (watched in twin, not
-	// in twin-unwatched). TwinFirst: the twin was started before it.
-	Twin      twinResult
+	// other server figures are the row's server's (watched in twin, not
+	// in twin-unwatched).
+	Twin twinResult
+	// TwinFirst says the twin was started before the row's server
+	// (twinFirst).
 	TwinFirst bool
 	// ProbeCPU and ProbeWait are the tokenwire collector's CPU seconds and
 	// the seconds from the server's start until the collector reported its
@@ -160,8 +162,8 @@ func statsStayedOff(collector *teststack.Proc, then map[string]progRun) error {
 // their own window. A twin variant starts its second server and load on
 // the same timeline and reads their CPU beside the first's; it measures
 // no BPF (its programs' runs would mix both servers'). Which of its two
-// ports is watched alternates with the repeat, and which server starts
-// first every second repeat (twinFirst).
+// ports is the row's server's alternates with the repeat, and which
+// server starts first every two repeats (twinFirst).
 func (e *env) runVariant(variant string, nStreams int, window time.Duration, repeat int) (rw row, err error) {
 	stack, obs, _ := splitVariant(variant)
 	rw = row{Variant: variant, Streams: nStreams, Window: window.Seconds(), ServerPort: e.serverPort(stack)}
@@ -218,7 +220,7 @@ func (e *env) runVariant(variant string, nStreams int, window time.Duration, rep
 			twin, err = e.startServer(stack, rw.Twin.Port, false)
 			return err
 		}
-		if twinFirst(repeat) {
+		if rw.TwinFirst {
 			starts = append([]func() error{startTwin}, starts...)
 		} else {
 			starts = append(starts, startTwin)
@@ -459,11 +461,13 @@ func exited(p *teststack.Proc) bool {
 	return done
 }
 
-// twinFirst says whether a twin variant starts its twin before the server
-// in the given repeat (counted from 1): in repeats 2, 3, 6, 7, ... With
-// the watched port alternating every repeat, the watched server is as
-// often the one started first (older when the windows open, and the
-// first to take its share of a loaded host) as the other.
+// twinFirst says whether a twin variant starts its twin before the row's
+// server in the given repeat (counted from 1): in repeats 2, 3, 6, 7, ...
+// In pairs, so that across every four repeats each port, and the row's
+// server (the watched one in twin), starts first as often as not (3 to 2
+// with 5 repeats): the one started first is older when the windows open.
+// Flipping with the watched port, every repeat, would always start the
+// same port first.
 func twinFirst(repeat int) bool {
 	return (repeat/2)%2 == 1
 }

@@ -453,7 +453,7 @@ func smallSlotsCost(d *doc, data map[[2]string][]kround) {
 	if len(data[[2]string{"dense", "smallslots"}]) == 0 && len(data[[2]string{"sparse", "smallslots"}]) == 0 {
 		return
 	}
-	d.p("The same collector with `state_slots: 64` against the default 8192, paired by round: tokenwire's write program in net ns per run. The 64 slots are one 16 KiB array, small enough for the kernel to allocate with kmalloc, in its direct map (the 8192, 2 MiB, are vmalloc'ed); more connections share a slot, and one whose slot another holds keeps its state in socket storage. The step table measures the two lookups alone (`tw_pt_0b_small`, `tw_pt_0b_slot`).\n\n")
+	d.p("The same collector with `state_slots: 64` against the default 8192, paired by round: tokenwire's write program in net ns per run. The 64 slots are one 16 KiB array, small enough for the kernel to allocate with kmalloc, in its direct map (the 8192, 2 MiB, are vmalloc'ed); more connections share a slot, and one whose slot another holds keeps its state in socket storage: the difference is the cheaper lookup less what those connections pay there. The step table measures the two lookups alone (`tw_pt_0b_small`, `tw_pt_0b_slot`).\n\n")
 	d.p("| load | write program: 8192 slots | 64 slots | saved per run |\n| --- | --- | --- | --- |\n")
 	for _, l := range []string{"dense", "sparse"} {
 		if tw, sm, saved, ok := writeRunPaired(data, l, "tokenwire", "smallslots"); ok {
@@ -465,7 +465,7 @@ func smallSlotsCost(d *doc, data map[[2]string][]kround) {
 
 // writeRunPaired returns tokenwire's write program in net ns per run on
 // load l in modes a and b, and a's less b's paired by round; ok is false
-// when either mode has no rounds.
+// when either mode has no rounds or tokenwire's rounds no write program.
 func writeRunPaired(data map[[2]string][]kround, l, a, b string) (ra, rb, diff spread, ok bool) {
 	as, bs := data[[2]string{l, a}], data[[2]string{l, b}]
 	p := writeProg(data[[2]string{l, "tokenwire"}])

@@ -279,6 +279,9 @@ func twinTable(d *doc, by map[string][]orow, sp func(string, func(orow) float64)
 func startOrder(variants ...[]orow) string {
 	var out []string
 	for _, rows := range variants {
+		if len(rows) == 0 {
+			continue
+		}
 		if _, ok := rows[0]["twin_first"]; !ok {
 			return "the first server is always started first, in both variants"
 		}
