@@ -30,6 +30,14 @@
  * record): the chunk-interval histogram lives in the state and reaches user
  * space in a PROGRESS record at most once per flush interval, and in the
  * END record. Ring-buffer traffic is per stream, not per chunk.
+ *
+ * What a body chunk's write runs is inlined into the hooks' programs; what
+ * runs once per stream or connection, or only on a path a plaintext
+ * chunk does not take (a response's head, a record to user space, a read
+ * of the writer's memory, TLS, a client's request), is a __noinline
+ * subprogram: one copy, called. A chunk's path then spans fewer cache
+ * lines of program text, which are cold when the host's writes are
+ * sparse, and each hook's stack holds only its own locals.
  */
 #include "vmlinux.h"
 #include "bpf_helpers.h"

@@ -139,7 +139,7 @@ done:
 }
 
 /* capture_request captures what the current read syscall just read. */
-static __always_inline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
+static __noinline void capture_request(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (st->req_captured >= request_capture_max)
 		return;

@@ -336,7 +336,7 @@ static __always_inline void client_recv_opaque(const struct sock *sk, struct str
  * plaintext-driven now; a plaintext-driven one tells the write call in
  * flight its socket; one whose calls are not read is timed from its
  * records. */
-static __always_inline int client_tls_sent(const struct sock *sk, struct stream_state *st, int ret)
+static __noinline int client_tls_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (!(st->tls & TLS_PLAIN)) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -356,7 +356,7 @@ static __always_inline int client_tls_sent(const struct sock *sk, struct stream_
 /* capture_write captures what the current write syscall (ret bytes) wrote
  * as request bytes, from up to two of its buffers (a client that writes
  * the head and the body as two buffers of one writev). */
-static __always_inline void capture_write(const struct sock *sk, struct stream_state *st, int ret)
+static __noinline void capture_write(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (st->req_captured >= request_capture_max)
 		return;

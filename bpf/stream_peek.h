@@ -321,6 +321,31 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 	return WRITE_PEEKED;
 }
 
+/* body_flags_user classifies a body write of ret bytes from the
+ * writer's memory (body_flags): a short one read whole, a longer one by
+ * the last 16 bytes of the buffer the syscall names, or of the last buffer
+ * of a gathered write that holds data. */
+static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret)
+{
+	struct user_io io;
+	if (ret <= 32) {
+		if (syscall_io(&io))
+			return 0;
+		return short_flags(sk, st, &io, ret);
+	}
+	struct syscall_args a;
+	if (syscall_args(&a))
+		return 0;
+	if (a.nr == NR_WRITE || a.nr == NR_SENDTO) {
+		if (st->chunks == 0)
+			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0);
+		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
+	}
+	if (syscall_io_of(&a, &io))
+		return 0;
+	return gathered_flags(sk, st, &io, ret);
+}
+
 /* body_flags classifies a body write of ret bytes at the least cost. A
  * short write (where terminators and [DONE] events are: up to 32 bytes)
  * is read whole. Of a longer one only the last 16 bytes are read: from
@@ -336,13 +361,7 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret,
 				       const int sent)
 {
-	struct user_io io;
-	if (ret <= 32) {
-		if (syscall_io(&io))
-			return 0;
-		return short_flags(sk, st, &io, ret);
-	}
-	if (sent && frag_va_base && st->chunks) {
+	if (ret > 32 && sent && frag_va_base && st->chunks) {
 		__u64 tail = sent_tail(sk);
 		if (tail) {
 			char t[FRAG_TAIL];
@@ -355,17 +374,19 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 			count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
 		}
 	}
-	struct syscall_args a;
-	if (syscall_args(&a))
+	return body_flags_user(sk, st, ret);
+}
+
+/* head_sent classifies the first write of a response (or a client's
+ * first read of one; peek_sent): its head, read from the syscall's first
+ * buffer and sent to user space. */
+static __noinline __u8 head_sent(const struct sock *sk, struct stream_state *st, int ret)
+{
+	struct user_io io;
+	if (syscall_io(&io))
 		return 0;
-	if (a.nr == NR_WRITE || a.nr == NR_SENDTO) {
-		if (st->chunks == 0)
-			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0);
-		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
-	}
-	if (syscall_io_of(&a, &io))
-		return 0;
-	return gathered_flags(sk, st, &io, ret);
+	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
+	return WRITE_PEEKED | (peek_response(sk, st, io.iov[0].iov_base, len, ret) << WRITE_HEAD_SHIFT);
 }
 
 /* peek_sent looks at what a finished write carried, from the writer's own
@@ -377,11 +398,7 @@ static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state
 {
 	if (st->state == TW_ST_RESPONSE)
 		return body_flags(sk, st, ret, sent);
-	struct user_io io;
-	if (syscall_io(&io))
-		return 0;
-	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
-	return WRITE_PEEKED | (peek_response(sk, st, io.iov[0].iov_base, len, ret) << WRITE_HEAD_SHIFT);
+	return head_sent(sk, st, ret);
 }
 
 /* peek_plain is peek_sent for a write of n bytes of plaintext at buf

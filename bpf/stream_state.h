@@ -208,60 +208,72 @@ static __always_inline void reset_stale(struct stream_state *st)
 	__builtin_memset(st, 0, sizeof(*st));
 }
 
+/* fresh_state marks st, new or cleared, as the state of the connection
+ * with portpair from now. */
+static __always_inline struct stream_state *fresh_state(struct stream_state *st, __u32 portpair, __u64 now)
+{
+	st->gen = now;
+	st->portpair = portpair;
+	count(&tw_st_counters, TW_ST_COUNTER_NEW_SOCKETS);
+	return st;
+}
+
+/* track_in_map is track for state kept in tw_st_socks (no socket
+ * storage). Out of line: the zeroed state it inserts takes a third of
+ * the stack, which the hooks' own calls then keep. */
+static __noinline struct stream_state *track_in_map(const struct sock *sk, __u32 portpair, __u64 now)
+{
+	__u64 key = (__u64)sk;
+	struct stream_state *st = bpf_map_lookup_elem(&tw_st_socks, &key);
+	if (st && st->portpair == portpair)
+		return st;
+	if (st) {
+		reset_stale(st);
+	} else {
+		struct stream_state fresh = {};
+		if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0 ||
+		    !(st = bpf_map_lookup_elem(&tw_st_socks, &key))) {
+			count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
+			return NULL;
+		}
+	}
+	return fresh_state(st, portpair, now);
+}
+
 /* track returns the socket's state, making it when the connection is new
  * to the probe (the one insert per connection), or NULL when there is no
  * room (counted). */
 static __always_inline struct stream_state *track(const struct sock *sk, const int typed, __u64 now)
 {
-	struct stream_state *st;
 	__u32 portpair = RD(typed, sk, __sk_common.skc_portpair);
-	if (state_in_sk) {
-		struct state_slot *s = state_slots ? slot_of(sk) : NULL;
-		if (s) {
-			__u64 owner = __sync_val_compare_and_swap(&s->owner, 0, (__u64)sk);
-			st = &s->st;
-			if (owner == 0) {
-				/* Zeroed at the close too (forget), but a write of
-				 * the closed connection that found its slot just
-				 * before may have landed since. */
-				__builtin_memset(st, 0, sizeof(*st));
-				goto fresh;
-			}
-			if (owner == (__u64)sk) {
-				if (st->portpair == portpair)
-					return st; /* tracked by another CPU just now */
-				reset_stale(st);
-				goto fresh;
-			}
+	if (!state_in_sk)
+		return track_in_map(sk, portpair, now);
+	struct state_slot *s = state_slots ? slot_of(sk) : NULL;
+	if (s) {
+		__u64 owner = __sync_val_compare_and_swap(&s->owner, 0, (__u64)sk);
+		struct stream_state *st = &s->st;
+		if (owner == 0) {
+			/* Zeroed at the close too (forget), but a write of
+			 * the closed connection that found its slot just
+			 * before may have landed since. */
+			__builtin_memset(st, 0, sizeof(*st));
+			return fresh_state(st, portpair, now);
 		}
-		st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (!st) {
-			count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
-			return NULL;
-		}
-		if (st->gen)
-			return st;
-	} else {
-		__u64 key = (__u64)sk;
-		st = bpf_map_lookup_elem(&tw_st_socks, &key);
-		if (st && st->portpair == portpair)
-			return st;
-		if (st) {
+		if (owner == (__u64)sk) {
+			if (st->portpair == portpair)
+				return st; /* tracked by another CPU just now */
 			reset_stale(st);
-		} else {
-			struct stream_state fresh = {};
-			if (bpf_map_update_elem(&tw_st_socks, &key, &fresh, BPF_NOEXIST) != 0 ||
-			    !(st = bpf_map_lookup_elem(&tw_st_socks, &key))) {
-				count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
-				return NULL;
-			}
+			return fresh_state(st, portpair, now);
 		}
 	}
-fresh:
-	st->gen = now;
-	st->portpair = portpair;
-	count(&tw_st_counters, TW_ST_COUNTER_NEW_SOCKETS);
-	return st;
+	struct stream_state *st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
+		return NULL;
+	}
+	if (st->gen)
+		return st;
+	return fresh_state(st, portpair, now);
 }
 
 /* forget drops the state of a closing socket: its socket storage, and
@@ -311,8 +323,8 @@ static __always_inline __u32 stats_flags(__u8 tls)
 }
 
 /* emit_stats sends a PROGRESS, END or CHUNK record from the state. */
-static __always_inline void emit_stats(const struct sock *sk, struct stream_state *st, __u8 kind,
-				       __u8 reason, __u64 now)
+static __noinline void emit_stats(const struct sock *sk, struct stream_state *st, __u8 kind,
+				__u8 reason, __u64 now)
 {
 	struct stream_stats *r = bpf_ringbuf_reserve(&tw_st_events, sizeof(*r), 0);
 	if (!r) {
@@ -347,8 +359,7 @@ static __always_inline void emit_stats(const struct sock *sk, struct stream_stat
 	st->last_flush_ts = now;
 }
 
-static __always_inline void end_stream(const struct sock *sk, struct stream_state *st, __u8 reason,
-				       __u64 now)
+static __noinline void end_stream(const struct sock *sk, struct stream_state *st, __u8 reason, __u64 now)
 {
 	if (st->state == TW_ST_IDLE)
 		return;
@@ -362,7 +373,7 @@ static __always_inline void end_stream(const struct sock *sk, struct stream_stat
 
 /* begin_stream starts the next stream on the connection, its request
  * having reached the socket at req_ts. */
-static __always_inline void begin_stream(struct stream_state *st, __u64 req_ts, __u64 now)
+static __noinline void begin_stream(struct stream_state *st, __u64 req_ts, __u64 now)
 {
 	st->state = TW_ST_REQUEST;
 	st->seq++;

@@ -298,7 +298,7 @@ static __always_inline void go_write_sent(void)
 		c->wr_ssl = 0;
 }
 
-static __always_inline int tls_sent(const struct sock *sk, struct stream_state *st, int ret)
+static __noinline int tls_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (!(st->tls & TLS_PLAIN))
 		return tls_send_opaque(sk, st, ret);

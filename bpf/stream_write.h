@@ -6,45 +6,52 @@
 #ifndef TOKENWIRE_STREAM_WRITE_H
 #define TOKENWIRE_STREAM_WRITE_H
 
-/* account_write accounts a write of ret bytes that peek_sent or
- * peek_plain classified as flags (0: bytes unknown, an opaque write). */
-static __always_inline void account_write(const struct sock *sk, struct stream_state *st, __u8 flags, __u64 ret,
-					  __u64 now)
+/* response_begins handles a write on a connection whose response has
+ * not begun (IDLE, REQUEST): the response's head, or its first write when
+ * its bytes are unknown. It returns whether the write is a chunk. Out of
+ * line: once per response, and kept out of the way of the chunks' path. */
+static __noinline int response_begins(struct stream_state *st, __u8 flags, __u64 ret, __u64 now)
 {
 	__u8 head = flags >> WRITE_HEAD_SHIFT;
-	if (head & TW_RESP_INTERIM)
-		return; /* 100 Continue, 103 Early Hints: the response is yet to come */
 	if (st->state == TW_ST_IDLE) {
 		st->ended_by_terminator = 0;
 		if (!(head & TW_RESP_HTTP))
-			return;
+			return 0;
 		begin_stream(st, st->req_ts, now); /* it arrived with the previous request */
 	}
-	if (st->state == TW_ST_REQUEST) {
-		st->state = TW_ST_RESPONSE;
-		st->resp_flags = head;
-		st->headers_ts = now;
-		st->pid = bpf_get_current_pid_tgid() >> 32;
-		if (!(flags & WRITE_PEEKED) || !(head & TW_RESP_HTTP)) {
-			chunk(sk, st, ret, now); /* opaque: every write is a chunk */
-			return;
-		}
-		/* http: the head write is not a chunk here; any body bytes it
-		 * carried are credited in user space from head_bytes. */
-		st->head_bytes = ret;
+	st->state = TW_ST_RESPONSE;
+	st->resp_flags = head;
+	st->headers_ts = now;
+	st->pid = bpf_get_current_pid_tgid() >> 32;
+	if (!(flags & WRITE_PEEKED) || !(head & TW_RESP_HTTP))
+		return 1; /* opaque: every write is a chunk */
+	/* http: the head write is not a chunk here; any body bytes it
+	 * carried are credited in user space from head_bytes. */
+	st->head_bytes = ret;
+	return 0;
+}
+
+/* account_write accounts a write of ret bytes that peek_sent or
+ * peek_plain classified as flags (0: bytes unknown, an opaque write).
+ * chunk is inlined once, on the path of a response's body. */
+static __always_inline void account_write(const struct sock *sk, struct stream_state *st, __u8 flags, __u64 ret,
+					  __u64 now)
+{
+	if ((flags >> WRITE_HEAD_SHIFT) & TW_RESP_INTERIM)
+		return; /* 100 Continue, 103 Early Hints: the response is yet to come */
+	if (st->state != TW_ST_RESPONSE && !response_begins(st, flags, ret, now))
 		return;
-	}
+	/* A terminator ends the response; the write carried its last chunk
+	 * too when it has data before it. */
+	if (!(flags & WRITE_TERMINATOR) || (flags & WRITE_DATA))
+		chunk(sk, st, ret, now);
+	else
+		st->bytes += ret;
 	if (flags & WRITE_TERMINATOR) {
-		if (flags & WRITE_DATA)
-			chunk(sk, st, ret, now); /* the last chunk and the terminator in one write */
-		else
-			st->bytes += ret;
 		end_stream(sk, st, TW_END_TERMINATOR, now);
 		if (st->pending_req_ts)
 			begin_stream(st, st->pending_req_ts, now);
-		return;
 	}
-	chunk(sk, st, ret, now);
 }
 
 #endif
