@@ -324,7 +324,8 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 /* body_flags_user classifies a body write of ret bytes from the
  * writer's memory (body_flags): a short one read whole, a longer one by
  * the last 16 bytes of the buffer the syscall names, or of the last buffer
- * of a gathered write that holds data. */
+ * of a gathered write that holds data. The first body write's start is
+ * sent to user space. */
 static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret)
 {
 	struct user_io io;
@@ -377,9 +378,10 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 	return body_flags_user(sk, st, ret);
 }
 
-/* head_sent classifies the first write of a response (or a client's
- * first read of one; peek_sent): its head, read from the syscall's first
- * buffer and sent to user space. */
+/* head_sent classifies a write made while no response is under way (or
+ * a client's read; peek_sent) by its head, read from the syscall's first
+ * buffer: a response's head is sent to user space, an interim head or a
+ * write that is no head is not. */
 static __noinline __u8 head_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	struct user_io io;

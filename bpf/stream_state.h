@@ -219,8 +219,8 @@ static __always_inline struct stream_state *fresh_state(struct stream_state *st,
 }
 
 /* track_in_map is track for state kept in tw_st_socks (no socket
- * storage). Out of line: the zeroed state it inserts takes a third of
- * the stack, which the hooks' own calls then keep. */
+ * storage). Out of line: the zeroed state it inserts (240 bytes) would
+ * otherwise sit in the hook's frame, under every call the hook makes. */
 static __noinline struct stream_state *track_in_map(const struct sock *sk, __u32 portpair, __u64 now)
 {
 	__u64 key = (__u64)sk;
@@ -322,7 +322,7 @@ static __always_inline __u32 stats_flags(__u8 tls)
 	return tls ? TW_STATS_TLS_OPAQUE : 0;
 }
 
-/* emit_stats sends a PROGRESS, END or CHUNK record from the state. */
+/* emit_stats sends a PROGRESS or END record (kind) from the state. */
 static __noinline void emit_stats(const struct sock *sk, struct stream_state *st, __u8 kind,
 				__u8 reason, __u64 now)
 {
@@ -359,6 +359,8 @@ static __noinline void emit_stats(const struct sock *sk, struct stream_state *st
 	st->last_flush_ts = now;
 }
 
+/* end_stream ends the connection's stream, if one is under way, for
+ * reason at now: its END record (NO_RESPONSE when no response began). */
 static __noinline void end_stream(const struct sock *sk, struct stream_state *st, __u8 reason, __u64 now)
 {
 	if (st->state == TW_ST_IDLE)

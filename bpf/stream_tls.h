@@ -298,6 +298,10 @@ static __always_inline void go_write_sent(void)
 		c->wr_ssl = 0;
 }
 
+/* tls_sent handles a socket write of ret bytes on a server's TLS
+ * connection: timed from its records when no uprobe reads its plaintext;
+ * otherwise the uprobes account it, and on a Go server it ends the
+ * goroutine's write call in flight (go_write_sent). */
 static __noinline int tls_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (!(st->tls & TLS_PLAIN))

@@ -104,13 +104,15 @@ static __always_inline int syscall_args(struct syscall_args *a)
 	if (BPF_CORE_READ(task, flags) & (PF_KTHREAD | PF_IO_WORKER))
 		return -1;
 	const void *stack = BPF_CORE_READ(task, stack);
-	/* The frame's registers from dx to cs, not all of it: this is the
-	 * hooks' stack too. */
+	/* Only dx to cs: the copy lands in the frame of whatever inlines
+	 * this. */
 	struct {
 		__u64 dx, si, di, orig_ax, ip, cs;
 	} regs;
-	_Static_assert(offsetof(struct pt_regs, cs) - offsetof(struct pt_regs, dx) == 5 * sizeof(__u64),
-		       "x86-64 pt_regs: dx to cs");
+	_Static_assert(offsetof(struct pt_regs, si) - offsetof(struct pt_regs, dx) == 1 * sizeof(__u64) &&
+			       offsetof(struct pt_regs, orig_ax) - offsetof(struct pt_regs, dx) == 3 * sizeof(__u64) &&
+			       offsetof(struct pt_regs, cs) - offsetof(struct pt_regs, dx) == 5 * sizeof(__u64),
+		       "x86-64 pt_regs: dx, si, di, orig_ax, ip, cs");
 	const void *frame = stack + stack_regs_offset + offsetof(struct pt_regs, dx);
 	if (!stack || bpf_probe_read_kernel(&regs, sizeof(regs), frame))
 		return -1;
