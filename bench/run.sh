@@ -3,6 +3,12 @@
 # stamps its results files with $TW_BENCH_RUN_ID; bench/report refuses
 # files of any other run. BENCH_QUICK=1 runs every section briefly (to
 # check the tooling; its numbers are not for the report).
+#
+# BENCH_BASE is a commit whose collector kcost runs beside this tree's in
+# the same rounds (its mode base), so that what a change to the programs
+# saves or costs is measured within one run: by default the commit of the
+# run whose results are committed (HEAD's bench/results/RUN_ID), the one
+# the last report measured; BENCH_BASE=none leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COLLECTOR=${COLLECTOR:-_build/tokenwire}
@@ -13,6 +19,23 @@ mkdir -p "$R" "$B"
 export TW_BENCH_RUN_ID
 TW_BENCH_RUN_ID=$(go run ./bench/runid)
 echo "bench: run $TW_BENCH_RUN_ID"
+base=${BENCH_BASE:-$(git show HEAD:bench/results/RUN_ID 2>/dev/null | sed -n 's/^[0-9TZ]*-\([0-9a-f]\{12\}\)\(-dirty\)\{0,1\}$/\1/p')}
+KC_BASE=()
+if [[ -n "$base" && "$base" != none ]]; then
+	rev=$(git rev-parse --verify --quiet "$base^{commit}") || { echo "bench: BENCH_BASE=$base is not a commit here (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
+	short=$(git rev-parse --short=12 "$rev")
+	echo "bench: building the collector of $short for kcost's mode base ($B/base-build.log)"
+	rm -rf "$B/base"
+	git worktree prune
+	trap 'git worktree remove --force "$B/base" 2>/dev/null || true' EXIT
+	git worktree add --detach --quiet "$B/base" "$rev"
+	make -C "$B/base" build > "$B/base-build.log" 2>&1 || { echo "bench: building $short failed, see $B/base-build.log (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
+	cp "$B/base/_build/tokenwire" "$B/tokenwire-base"
+	git worktree remove --force "$B/base"
+	"$B/tokenwire-base" validate --config "$CONFIG" || { echo "bench: the collector of $short does not take $CONFIG (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
+	KC_BASE=(-base-collector "$B/tokenwire-base" -base-label "$short")
+fi
+
 # Results of an earlier run must not survive into this one.
 rm -f "$R"/*.csv "$R"/*.meta.json "$R"/*.png "$R"/*.md "$R"/gobench.txt "$R"/RUN_ID
 echo "$TW_BENCH_RUN_ID" > "$R/RUN_ID"
@@ -39,7 +62,7 @@ go build -o "$B/streams" ./bench/streams
 	go test -run '^$' -bench '^BenchmarkUprobeTrap$' -benchtime 200000x -count "$COUNT" ./bench/uprobetrap/
 } > "$R/gobench.txt"
 
-"$B/kcost" -collector "$COLLECTOR" -config "$CONFIG" $KC -outdir "$R"
+"$B/kcost" -collector "$COLLECTOR" -config "$CONFIG" $KC "${KC_BASE[@]}" -outdir "$R"
 "$B/overhead" -collector "$COLLECTOR" -config "$CONFIG" -streams 200 $OV -outdir "$R"
 "$B/pipeline" $PL -outdir "$R"
 "$B/xdpnf" -rx napi -bpf-stats -entries 1,10000,65536 \

@@ -115,7 +115,7 @@ func denseLoad() (*load, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: denseSparseModes,
+	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: denseSparseModes(),
 		describe: fmt.Sprintf("Go net/http SSE server, %d concurrent streams of %d events %v apart, %d-byte events, one connection per stream",
 			*denseStreams, *denseChunks, *denseInterval, len(openAIChunk(0)))}
 	l.run = func(d time.Duration) (loadResult, error) {
@@ -160,9 +160,15 @@ func getStream(addr string) (int, int64, error) {
 
 // denseSparseModes are the modes of the dense and sparse loads: the
 // collector as configured, without response details, without the state
-// slots and with 64 of them, then the write program's steps (the floor
-// first).
-var denseSparseModes = append([]string{"tokenwire", "nodetails", "noslots", "smallslots"}, writeStepModes()...)
+// slots and with 64 of them, -base-collector when it is set, then the
+// write program's steps (the floor first).
+func denseSparseModes() []string {
+	m := []string{"tokenwire", "nodetails", "noslots", "smallslots"}
+	if *baseCollector != "" {
+		m = append(m, "base")
+	}
+	return append(m, writeStepModes()...)
+}
 
 func writeStepModes() []string {
 	var m []string
@@ -182,7 +188,7 @@ func sparseLoad(tmp string, cert *teststack.TLSCert) (*load, error) {
 		return nil, err
 	}
 	l := &load{name: "sparse", port: srv.Port, serverPid: srv.Proc.Pid(), stop: func() { srv.Stop() },
-		modes: denseSparseModes,
+		modes: denseSparseModes(),
 		describe: fmt.Sprintf("uvicorn %v + starlette (Python %v), %d openai-python-style clients on keep-alive connections, streams of %d events %v apart",
 			srv.Ready["uvicorn"], srv.Ready["python"], *sparseStreams, *sparseChunks, *sparseIntv)}
 	var clientTLS *tls.Config

@@ -27,6 +27,13 @@
 //     serve-tls subcommand), Go clients on keep-alive connections,
 //     measured with the TLS uprobes on its crypto/tls and without them.
 //
+// With -base-collector, the dense and sparse loads also run mode base:
+// another build of the collector (an earlier commit's, bench/run.sh's
+// BENCH_BASE) with the same config, in the same rounds, so that a change
+// to the programs shows as a difference paired by round rather than
+// between two runs, which this host's drift from one run to the next
+// can swamp.
+//
 // Per program it writes run count and run time (kernel bpf stats, turned
 // on through a BPF_ENABLE_STATS descriptor: off again when this process
 // ends) and the chunks the clients received, to kcost.csv.
@@ -72,6 +79,8 @@ var (
 	loadsFlag      = flag.String("loads", "dense,sparse,tls,gotls", "loads to run")
 	modesFlag      = flag.String("modes", "", "modes to run (comma-separated); empty: every mode of each load")
 	outDir         = flag.String("outdir", "bench/results", "where kcost.csv goes")
+	baseCollector  = flag.String("base-collector", "", "another build of the collector, run as mode base on the dense and sparse loads (empty: no mode base)")
+	baseLabel      = flag.String("base-label", "", "what -base-collector was built from (a commit), for the report")
 )
 
 func main() { benchutil.Main("kcost", run, map[string]func([]string) error{"serve-tls": serveTLS}) }
@@ -101,6 +110,14 @@ func run() error {
 	}
 	if err := collectorFlags.Check(); err != nil {
 		return err
+	}
+	if *baseCollector != "" {
+		if _, err := os.Stat(*baseCollector); err != nil {
+			return fmt.Errorf("-base-collector: %w", err)
+		}
+		if *baseLabel == "" {
+			return errors.New("-base-collector needs -base-label (what it was built from)")
+		}
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
@@ -190,6 +207,9 @@ func run() error {
 	for _, l := range loads {
 		params[l.name] = l.describe
 	}
+	if *baseCollector != "" {
+		params["base"] = *baseLabel
+	}
 	return res.WriteMeta(params)
 }
 
@@ -261,7 +281,8 @@ func bystander() (string, error) {
 // nodetails without response details; noslots without the state slots;
 // smallslots with 64 of them;
 // notls without the TLS uprobes;
-// bystander with system-wide ones that do not read the server), with
+// bystander with system-wide ones that do not read the server;
+// base: -base-collector as configured), with
 // the floor programs attached (floor) or one of the write program's parts
 // (step-*), and returns each program's runs and
 // run time over the load.
@@ -269,8 +290,11 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 	var before func() (map[uint32]benchutil.ProgStat, error)
 	tails := func() (float64, error) { return -1, nil }
 	switch mode {
-	case "tokenwire", "nodetails", "noslots", "smallslots", "notls", "bystander":
+	case "tokenwire", "nodetails", "noslots", "smallslots", "notls", "bystander", "base":
 		coll.Overlay = map[string]string{"nodetails": noDetails, "noslots": noSlots, "smallslots": smallSlots, "notls": noTLS}[mode]
+		if mode == "base" {
+			coll.Bin = *baseCollector
+		}
 		if mode == "bystander" {
 			var err error
 			if coll.Overlay, err = bystander(); err != nil {

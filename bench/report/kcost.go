@@ -175,6 +175,7 @@ func kcostSection(d *doc) error {
 			totals[l].f(0)+" ns", atMost(totals[l], 250)+cmp.Or(floorNote(floors[l]), hooksFloorNote(data, l)), "1")
 	}
 	writeParts(d, data)
+	baseCost(d, data, meta.Params["base"])
 	slotsCost(d, data)
 	smallSlotsCost(d, data)
 	detailsCost(d, data)
@@ -418,6 +419,28 @@ func detailsCost(d *doc, data map[[2]string][]kround) {
 		v := atMost(added, 100)
 		d.p("| %s | %s | %s | %s | %s |\n", l, each(tw, kround.perChunk).f(0), each(nd, kround.perChunk).f(0), added.f(0), v)
 		d.target(fmt.Sprintf("GenAI response details add at most 100 ns per chunk, %s load", l), added.f(0)+" ns", v, "1")
+	}
+	d.p("\n")
+}
+
+// baseCost compares, round by round, this run's collector against the
+// build of commit base (kcost's mode base) with the same config: what the
+// programs' changes since that commit save, measured within one run.
+func baseCost(d *doc, data map[[2]string][]kround, base string) {
+	if len(data[[2]string{"dense", "base"}]) == 0 && len(data[[2]string{"sparse", "base"}]) == 0 {
+		return
+	}
+	d.p("This run's collector against the collector built from commit %s (kcost's mode base: by default the commit of the run the last committed report measured, `BENCH_BASE` in `bench/run.sh`), with the same config, in the same rounds, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk. A change to the programs since that commit shows here, within one run; between two runs, what this host's speed drifts by can be larger. *Saved* is %s's less this run's.\n\n", base, base)
+	d.p("| load | write program: this run's | %s's | saved per run | all programs: this run's | %s's | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n", base, base)
+	for _, l := range []string{"dense", "sparse"} {
+		bs, tw, saved, ok := writeRunPaired(data, l, "base", "tokenwire")
+		if !ok {
+			continue
+		}
+		bsr, twr := data[[2]string{l, "base"}], data[[2]string{l, "tokenwire"}]
+		savedChunk := byRound(bsr, twr, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
+		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), bs.f(0), saved.f(0), everyRound(saved),
+			each(twr, kround.perChunk).f(0), each(bsr, kround.perChunk).f(0), savedChunk.f(0), everyRound(savedChunk))
 	}
 	d.p("\n")
 }
