@@ -105,12 +105,22 @@ struct {
 /* Socket storage costs a helper call and a walk of the socket's storage
  * list on every event. Where the kernel has BPF atomics (5.12+), set by
  * user space with state_in_sk, most connections keep their state in a
- * slot of tw_st_slots instead, picked by the connection's hash (slot_of):
- * the slot says whose state it holds (owner), so reaching it is an inlined
- * array index and one compare. A connection whose slot another holds
- * keeps its state in socket storage as before. The slot is claimed by an
- * atomic compare-and-swap when the connection is first tracked, zeroed and
- * freed at its close (forget). */
+ * slot instead, picked by the connection's hash: the slot says whose
+ * state it holds (owner), so reaching it is an inlined array index and
+ * one compare. A connection looks first in tw_st_front (front_slot_of),
+ * then in tw_st_slots (slot_of), and one whose slots others hold keeps
+ * its state in socket storage as before. A slot is claimed by an atomic
+ * compare-and-swap when the connection is first tracked, zeroed and freed
+ * at its close (forget).
+ *
+ * Why two tables: the kernel allocates an array map of up to 32 KiB with
+ * kmalloc, in its direct map, which the kernel's own accesses on the write
+ * path keep in the TLB; a larger one (tw_st_slots' 8192 slots are 2 MiB)
+ * is vmalloc'ed in 4 KiB pages, each a TLB miss and page walk of its own
+ * when a write reaches it (bench/kcost's tw_pt_0b_small against
+ * tw_pt_0b_slot). tw_st_front's FRONT_SLOTS fit under that limit on every
+ * kernel (the array's header is a few hundred bytes), so a host's first
+ * few dozen connections take the cheap way, the rest tw_st_slots'. */
 const volatile __u8 state_slots = 0;
 /* tw_st_slots' max_entries less one, a power of two less one. */
 const volatile __u32 state_slot_mask = 0;
@@ -128,15 +138,38 @@ struct {
 	__type(value, struct state_slot);
 } tw_st_slots SEC(".maps");
 
-/* slot_of returns the slot for sk's state, picked by the hash the kernel
- * gave the connection's addresses and ports when it entered the
+#define FRONT_SLOTS 64
+_Static_assert(FRONT_SLOTS * sizeof(struct state_slot) <= 16384,
+	       "tw_st_front stays well under the kernel's 32 KiB kmalloc limit for map areas");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FRONT_SLOTS); /* 1 when the slots are not used */
+	__type(key, __u32);
+	__type(value, struct state_slot);
+} tw_st_front SEC(".maps");
+
+/* front_slot_of and slot_of return sk's slots, picked by the hash the
+ * kernel gave the connection's addresses and ports when it entered the
  * established table (skc_hash, in the cache line the port test read): it
  * stays when the socket loses its port on the way to TIME_WAIT. Only with
  * socket storage, so sk is a BTF pointer. */
+static __always_inline struct state_slot *front_slot_of(const struct sock *sk)
+{
+	__u32 i = sk->__sk_common.skc_hash & (FRONT_SLOTS - 1);
+	return bpf_map_lookup_elem(&tw_st_front, &i);
+}
+
 static __always_inline struct state_slot *slot_of(const struct sock *sk)
 {
 	__u32 i = sk->__sk_common.skc_hash & state_slot_mask;
 	return bpf_map_lookup_elem(&tw_st_slots, &i);
+}
+
+/* owned returns the state in slot s when sk holds it. */
+static __always_inline struct stream_state *owned(struct state_slot *s, const struct sock *sk)
+{
+	return s && s->owner == (__u64)sk ? &s->st : NULL;
 }
 
 /* max_entries from config (1 when the state is in socket storage). */
@@ -189,9 +222,9 @@ static __always_inline struct stream_state *state_of(const struct sock *sk)
 {
 	if (state_in_sk) {
 		if (state_slots) {
-			struct state_slot *s = slot_of(sk);
-			if (s && s->owner == (__u64)sk)
-				return &s->st;
+			struct stream_state *st = owned(front_slot_of(sk), sk);
+			if (st || (st = owned(slot_of(sk), sk)))
+				return st;
 		}
 		return bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, 0);
 	}
@@ -240,6 +273,29 @@ static __noinline struct stream_state *track_in_map(const struct sock *sk, __u32
 	return fresh_state(st, portpair, now);
 }
 
+/* claim returns sk's state in slot s, taking the slot when it is free,
+ * or NULL when another connection holds it. */
+static __always_inline struct stream_state *claim(struct state_slot *s, const struct sock *sk, __u32 portpair, __u64 now)
+{
+	if (!s)
+		return NULL;
+	__u64 owner = __sync_val_compare_and_swap(&s->owner, 0, (__u64)sk);
+	struct stream_state *st = &s->st;
+	if (owner == 0) {
+		/* Zeroed at the close too (forget), but a write of the closed
+		 * connection that found its slot just before may have landed
+		 * since. */
+		__builtin_memset(st, 0, sizeof(*st));
+		return fresh_state(st, portpair, now);
+	}
+	if (owner != (__u64)sk)
+		return NULL;
+	if (st->portpair == portpair)
+		return st; /* tracked by another CPU just now */
+	reset_stale(st);
+	return fresh_state(st, portpair, now);
+}
+
 /* track returns the socket's state, making it when the connection is new
  * to the probe (the one insert per connection), or NULL when there is no
  * room (counted). */
@@ -248,23 +304,10 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 	__u32 portpair = RD(typed, sk, __sk_common.skc_portpair);
 	if (!state_in_sk)
 		return track_in_map(sk, portpair, now);
-	struct state_slot *s = state_slots ? slot_of(sk) : NULL;
-	if (s) {
-		__u64 owner = __sync_val_compare_and_swap(&s->owner, 0, (__u64)sk);
-		struct stream_state *st = &s->st;
-		if (owner == 0) {
-			/* Zeroed at the close too (forget), but a write of
-			 * the closed connection that found its slot just
-			 * before may have landed since. */
-			__builtin_memset(st, 0, sizeof(*st));
-			return fresh_state(st, portpair, now);
-		}
-		if (owner == (__u64)sk) {
-			if (st->portpair == portpair)
-				return st; /* tracked by another CPU just now */
-			reset_stale(st);
-			return fresh_state(st, portpair, now);
-		}
+	if (state_slots) {
+		struct stream_state *st = claim(front_slot_of(sk), sk, portpair, now);
+		if (st || (st = claim(slot_of(sk), sk, portpair, now)))
+			return st;
 	}
 	struct stream_state *st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
@@ -276,22 +319,31 @@ static __always_inline struct stream_state *track(const struct sock *sk, const i
 	return fresh_state(st, portpair, now);
 }
 
+/* release zeroes and frees slot s when sk holds it, and says whether it
+ * did. */
+static __always_inline int release(struct state_slot *s, const struct sock *sk)
+{
+	if (!s || s->owner != (__u64)sk)
+		return 0;
+	__builtin_memset(&s->st, 0, sizeof(s->st));
+	/* Freed after the zeroing (the compiler keeps the order, and x86
+	 * keeps stores in order): the next claimer finds it fresh. */
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&s->owner = 0;
+	return 1;
+}
+
 /* forget drops the state of a closing socket: its socket storage, and
  * its entry in tw_st_socks (where a TLS connection's state moves for the
  * uprobes to reach it, stream_tls.h). */
 static __always_inline void forget(const struct sock *sk, int in_map)
 {
 	count(&tw_st_counters, TW_ST_COUNTER_CLOSED);
-	struct state_slot *s = state_in_sk && state_slots ? slot_of(sk) : NULL;
-	if (s && s->owner == (__u64)sk) {
-		__builtin_memset(&s->st, 0, sizeof(s->st));
-		/* Freed after the zeroing (the compiler keeps the order, and
-		 * x86 keeps stores in order): the next claimer finds it fresh. */
-		asm volatile("" ::: "memory");
-		*(volatile __u64 *)&s->owner = 0;
-	} else if (state_in_sk) {
+	int freed = 0;
+	if (state_in_sk && state_slots)
+		freed = release(front_slot_of(sk), sk) | release(slot_of(sk), sk);
+	if (state_in_sk && !freed)
 		bpf_sk_storage_delete(&tw_st_sk, (struct sock *)sk);
-	}
 	if (!state_in_sk || in_map) {
 		__u64 key = (__u64)sk;
 		bpf_map_delete_elem(&tw_st_socks, &key);

@@ -281,6 +281,7 @@ const (
 	StreamMapTwStCounters          = "tw_st_counters"
 	StreamMapTwStEvents            = "tw_st_events"
 	StreamMapTwStFragBase          = "tw_st_frag_base"
+	StreamMapTwStFront             = "tw_st_front"
 	StreamMapTwStPorts             = "tw_st_ports"
 	StreamMapTwStScratch           = "tw_st_scratch"
 	StreamMapTwStSk                = "tw_st_sk"
@@ -453,6 +454,7 @@ type StreamMapSpecs struct {
 	TwStCounters *ebpf.MapSpec `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.MapSpec `ebpf:"tw_st_events"`
 	TwStFragBase *ebpf.MapSpec `ebpf:"tw_st_frag_base"`
+	TwStFront    *ebpf.MapSpec `ebpf:"tw_st_front"`
 	TwStPorts    *ebpf.MapSpec `ebpf:"tw_st_ports"`
 	TwStScratch  *ebpf.MapSpec `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.MapSpec `ebpf:"tw_st_sk"`
@@ -533,6 +535,7 @@ type StreamMaps struct {
 	TwStCounters *ebpf.Map `ebpf:"tw_st_counters"`
 	TwStEvents   *ebpf.Map `ebpf:"tw_st_events"`
 	TwStFragBase *ebpf.Map `ebpf:"tw_st_frag_base"`
+	TwStFront    *ebpf.Map `ebpf:"tw_st_front"`
 	TwStPorts    *ebpf.Map `ebpf:"tw_st_ports"`
 	TwStScratch  *ebpf.Map `ebpf:"tw_st_scratch"`
 	TwStSk       *ebpf.Map `ebpf:"tw_st_sk"`
@@ -551,6 +554,7 @@ func (m *StreamMaps) Close() error {
 		m.TwStCounters,
 		m.TwStEvents,
 		m.TwStFragBase,
+		m.TwStFront,
 		m.TwStPorts,
 		m.TwStScratch,
 		m.TwStSk,

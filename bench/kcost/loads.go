@@ -159,11 +159,11 @@ func getStream(addr string) (int, int64, error) {
 }
 
 // denseSparseModes are the modes of the dense and sparse loads: the
-// collector as configured, without response details, without the state
-// slots and with 64 of them, -base-collector when it is set, then the
-// write program's steps (the floor first).
+// collector as configured, without response details and without the
+// state slots, -base-collector when it is set, then the write program's
+// steps (the floor first).
 func denseSparseModes() []string {
-	m := []string{"tokenwire", "nodetails", "noslots", "smallslots"}
+	m := []string{"tokenwire", "nodetails", "noslots"}
 	if *baseCollector != "" {
 		m = append(m, "base")
 	}

@@ -236,19 +236,6 @@ const noSlots = `receivers:
       state_slots: 0
 `
 
-// smallSlots is the overlay of mode smallslots: the default pipeline with
-// 64 state slots, one array small enough for the kernel to kmalloc (its
-// direct map) where it vmallocs the default 8192: whether the cheaper
-// lookup of the parts' small slots (tw_pt_0b_small) carries to the real
-// write program. The difference from mode tokenwire is that lookup's
-// saving less what the connections that find their slot held (more share
-// one) pay in socket storage.
-const smallSlots = `receivers:
-  tokenwire:
-    streams:
-      state_slots: 64
-`
-
 // noTLS is the overlay of mode notls: the default pipeline without the TLS
 // uprobes, so that TLS streams are timed from record headers and the
 // difference from mode tokenwire is what reading their plaintext costs.
@@ -279,7 +266,6 @@ func bystander() (string, error) {
 
 // measure runs one load with tokenwire's collector (mode tokenwire;
 // nodetails without response details; noslots without the state slots;
-// smallslots with 64 of them;
 // notls without the TLS uprobes;
 // bystander with system-wide ones that do not read the server;
 // base: -base-collector as configured), with
@@ -290,8 +276,8 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 	var before func() (map[uint32]benchutil.ProgStat, error)
 	tails := func() (float64, error) { return -1, nil }
 	switch mode {
-	case "tokenwire", "nodetails", "noslots", "smallslots", "notls", "bystander", "base":
-		coll.Overlay = map[string]string{"nodetails": noDetails, "noslots": noSlots, "smallslots": smallSlots, "notls": noTLS}[mode]
+	case "tokenwire", "nodetails", "noslots", "notls", "bystander", "base":
+		coll.Overlay = map[string]string{"nodetails": noDetails, "noslots": noSlots, "notls": noTLS}[mode]
 		if mode == "base" {
 			coll.Bin = *baseCollector
 		}

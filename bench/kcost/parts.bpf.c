@@ -14,17 +14,17 @@
  *   tw_pt_0a_port   the socket's port against the watched one, a .rodata
  *                   global: run as the JIT leaves it (a load from the
  *                   map), and inlined as the receiver loads its programs
- *   tw_pt_0b_slot   + the connection's slot (the receiver's with BPF
- *                   atomics, Linux 5.12+: stream_state.h's slot_of)
+ *   tw_pt_0b_slot   + the connection's slot in 8192 (the receiver's
+ *                   tw_st_slots, Linux 5.12+: stream_state.h's slot_of)
  *   tw_pt_0b_store  or, instead of the slot, the socket's local storage
  *                   (made on its first write): the receiver's for a
  *                   connection whose slot another holds, and on 5.11
  *   tw_pt_0b_hash   or a hash map keyed by the socket's address (the
  *                   receiver's for hook types without socket storage)
- *   tw_pt_0b_small  or slots like the receiver's, 64 of them: small enough
- *                   for the kernel to kmalloc them (its direct map) where
- *                   it vmallocs the receiver's 8192; more connections share
- *                   a slot and take it over from each other
+ *   tw_pt_0b_small  or 64 slots: small enough for the kernel to kmalloc
+ *                   them (its direct map) where it vmallocs 8192, like the
+ *                   receiver's front slots (tw_st_front, front_slot_of);
+ *                   more connections share a slot and take it over
  *   tw_pt_0b_nested or as many slots as the receiver's, in 128 arrays of 64
  *                   (an array of maps), each kmalloc'ed
  *   tw_pt_0b_hot    or one value read by every write of every connection:

@@ -177,7 +177,6 @@ func kcostSection(d *doc) error {
 	writeParts(d, data)
 	baseCost(d, data, meta.Params["base"])
 	slotsCost(d, data)
-	smallSlotsCost(d, data)
 	detailsCost(d, data)
 	for _, tl := range tlsLoads {
 		tlsCost(d, data, tl, meta.Params[tl.load])
@@ -453,7 +452,7 @@ func slotsCost(d *doc, data map[[2]string][]kround) {
 	if len(data[[2]string{"dense", "noslots"}]) == 0 && len(data[[2]string{"sparse", "noslots"}]) == 0 {
 		return
 	}
-	d.p("The state slots (`streams.state_slots`, 8192 by default) against the same collector with `state_slots: 0`, every connection's state in socket storage, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk.\n\n")
+	d.p("The state slots (64 in front, kmalloc'ed, then `streams.state_slots`, 8192 by default, vmalloc'ed) against the same collector with `state_slots: 0`, every connection's state in socket storage, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk.\n\n")
 	d.p("| load | write program: slots | socket storage | saved per run | all programs: slots | socket storage | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, l := range []string{"dense", "sparse"} {
 		ns, tw, saved, ok := writeRunPaired(data, l, "noslots", "tokenwire")
@@ -464,24 +463,6 @@ func slotsCost(d *doc, data map[[2]string][]kround) {
 		savedChunk := byRound(nsr, twr, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
 		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), ns.f(0), saved.f(0), everyRound(saved),
 			each(twr, kround.perChunk).f(0), each(nsr, kround.perChunk).f(0), savedChunk.f(0), everyRound(savedChunk))
-	}
-	d.p("\n")
-}
-
-// smallSlotsCost compares, round by round, the collector with 64 state
-// slots (streams.state_slots: 64) against the default 8192: whether the
-// cheaper lookup of the parts' small slots (tw_pt_0b_small against
-// tw_pt_0b_slot, in the step table) carries to the real write program.
-func smallSlotsCost(d *doc, data map[[2]string][]kround) {
-	if len(data[[2]string{"dense", "smallslots"}]) == 0 && len(data[[2]string{"sparse", "smallslots"}]) == 0 {
-		return
-	}
-	d.p("The same collector with `state_slots: 64` against the default 8192, paired by round: tokenwire's write program in net ns per run. The 64 slots are one 16 KiB array, small enough for the kernel to allocate with kmalloc, in its direct map (the 8192, 2 MiB, are vmalloc'ed); more connections share a slot, and one whose slot another holds keeps its state in socket storage: the difference is the cheaper lookup less what those connections pay there. The step table measures the two lookups alone (`tw_pt_0b_small`, `tw_pt_0b_slot`).\n\n")
-	d.p("| load | write program: 8192 slots | 64 slots | saved per run |\n| --- | --- | --- | --- |\n")
-	for _, l := range []string{"dense", "sparse"} {
-		if tw, sm, saved, ok := writeRunPaired(data, l, "tokenwire", "smallslots"); ok {
-			d.p("| %s | %s | %s | %s (%s) |\n", l, tw.f(0), sm.f(0), saved.f(0), everyRound(saved))
-		}
 	}
 	d.p("\n")
 }

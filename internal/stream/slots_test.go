@@ -8,18 +8,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/probe"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 // TestStateSlots: where the kernel has BPF atomics, connections keep their
-// state in slots, and those whose slot another holds in socket storage;
-// either way every stream is measured exactly, and a closed connection's
-// slot is freed for the next. With one slot, all connections but one at a
-// time take the socket storage way, and every connection reuses the slot
-// its predecessor freed. Where the kernel lacks atomics (5.10, 5.11), no
-// slot is used.
+// state in slots, first tw_st_front's, then tw_st_slots', and those whose
+// slots others hold in socket storage; either way every stream is
+// measured exactly, and a closed connection's slots are freed for the
+// next. With one slot in tw_st_slots, the connections whose front slot
+// another holds take it one at a time and the rest take the socket
+// storage way, and every connection reuses the slots its predecessor
+// freed. Where the kernel lacks atomics (5.10, 5.11), no slot is used.
 func TestStateSlots(t *testing.T) {
 	bpftest.Require(t)
 	if !probe.HaveAtomics() {
@@ -49,6 +52,9 @@ func TestStateSlots(t *testing.T) {
 			if tr.StateStorage() != "socket storage, behind slots" {
 				t.Fatalf("state in %s, want slots (the hooks: %v)", tr.StateStorage(), tr.HookPoints())
 			}
+			if n := tr.maps.TwStFront.MaxEntries(); n != FrontSlots {
+				t.Fatalf("tw_st_front has %d slots, want FrontSlots (%d)", n, FrontSlots)
+			}
 			// Kept alive after their streams: their slots stay held.
 			pool := &http.Transport{MaxConnsPerHost: concurrent, MaxIdleConnsPerHost: concurrent}
 			if err := teststack.FetchAll(&http.Client{Transport: pool}, concurrent, "GET", "http://"+addr+"/", ""); err != nil {
@@ -61,15 +67,35 @@ func TestStateSlots(t *testing.T) {
 				socks[e.ID.Sock] = true
 			}
 			conns := len(socks)
-			owners := len(heldSlots(t, tr))
+			front, frontBad := slotOwners(t, tr.maps.TwStFront)
+			back, backBad := slotOwners(t, tr.maps.TwStSlots)
 			tracked, err := tr.Sockets()
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%d connections open: %d tracked, %d in slots", conns, tracked, owners)
-			if want := min(int(slots), conns); owners > want || owners < want-want/8 || tracked != conns {
-				t.Errorf("%d connections open: %d tracked, %d in slots; want all tracked and %d in slots (a few fewer where their hashes collide)",
-					conns, tracked, owners, want)
+			t.Logf("%d connections open: %d tracked, %d in front slots, %d in tw_st_slots", conns, tracked, len(front), len(back))
+			if len(frontBad)+len(backBad) > 0 {
+				t.Errorf("freed slots not zeroed: %v %v", frontBad, backBad)
+			}
+			for o := range front {
+				if back[o] {
+					t.Errorf("socket %#x holds a slot in both tables", o)
+				}
+			}
+			for o := range front {
+				if !socks[o] {
+					t.Errorf("front slot held by %#x, not one of the streams' sockets", o)
+				}
+			}
+			// Front slots: as many as the connections' hashes fall in
+			// different ones (at least one); tw_st_slots: the rest, up
+			// to its size (a few fewer where their hashes collide).
+			if len(front) < 1 || len(front) > min(FrontSlots, conns) {
+				t.Errorf("%d connections in %d front slots; want 1 to %d", conns, len(front), min(FrontSlots, conns))
+			}
+			if want := min(int(slots), conns-len(front)); len(back) > want || len(back) < want-want/8 || tracked != conns {
+				t.Errorf("%d connections open: %d tracked, %d in front slots, %d in tw_st_slots; want all tracked and %d in tw_st_slots",
+					conns, tracked, len(front), len(back), want)
 			}
 			pool.CloseIdleConnections()
 			waitSlotsFree(t, tr)
@@ -95,43 +121,55 @@ func TestStateSlots(t *testing.T) {
 	}
 }
 
-// waitSlotsFree fails the test unless every slot is free and zeroed
-// within 3s (the connections' closes reach the server's sockets).
+// waitSlotsFree fails the test unless every slot of both tables is free
+// and zeroed within 3s (the connections' closes reach the server's
+// sockets).
 func waitSlotsFree(t *testing.T, tr *Tracer) {
 	t.Helper()
 	var held []string
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if held = heldSlots(t, tr); len(held) == 0 {
+		held = nil
+		for _, m := range []*ebpf.Map{tr.maps.TwStFront, tr.maps.TwStSlots} {
+			owners, bad := slotOwners(t, m)
+			for o := range owners {
+				held = append(held, fmt.Sprintf("%s: held by %#x", m, o))
+			}
+			held = append(held, bad...)
+		}
+		if len(held) == 0 {
 			return
 		}
 	}
 	t.Errorf("slots still held after every connection closed: %s", strings.Join(held, ", "))
 }
 
-// heldSlots lists the slots of tw_st_slots that name an owner, and
-// whether their state is zeroed as a freed slot's must be.
-func heldSlots(t *testing.T, tr *Tracer) []string {
+// slotOwners returns the owners of m's held slots (m is tw_st_front or
+// tw_st_slots), and the free slots whose state is not zeroed as a freed
+// slot's must be.
+func slotOwners(t *testing.T, m *ebpf.Map) (owners map[uint64]bool, bad []string) {
 	t.Helper()
 	var (
 		key   uint32
 		value []byte
-		held  []string
 	)
-	it := tr.maps.TwStSlots.Iterate()
+	owners = map[uint64]bool{}
+	it := m.Iterate()
 	for it.Next(&key, &value) {
 		owner := binary.NativeEndian.Uint64(value)
 		zero := true
 		for _, b := range value[8:] {
 			zero = zero && b == 0
 		}
-		if owner != 0 || !zero {
-			held = append(held, fmt.Sprintf("slot %d: owner %#x, state zeroed %v", key, owner, zero))
+		if owner != 0 {
+			owners[owner] = true
+		} else if !zero {
+			bad = append(bad, fmt.Sprintf("%s slot %d: free, state not zeroed", m, key))
 		}
 	}
 	if err := it.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return held
+	return owners, bad
 }
 
 // TestStateSlotsSized: StateSlots 0 keeps every connection's state in

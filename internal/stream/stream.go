@@ -48,10 +48,11 @@ type Config struct {
 	// MaxSockets bounds the per-socket state map (LRU).
 	MaxSockets uint32
 	// StateSlots is how many connections can keep their state in a slot
-	// at once, where the state is in socket storage and the kernel has
-	// BPF atomics: a power of two (DefaultStateSlots), or 0 for socket
-	// storage alone. Connections beyond them, and those whose slot
-	// another holds, keep it in socket storage.
+	// of tw_st_slots at once, where the state is in socket storage and
+	// the kernel has BPF atomics: a power of two (DefaultStateSlots), or
+	// 0 for socket storage alone. With any slots, FrontSlots more come
+	// first (tw_st_front). Connections beyond them, and those whose slots
+	// others hold, keep it in socket storage.
 	StateSlots uint32
 	// RingBufferBytes is the ring buffer's size (power of two, >= page).
 	RingBufferBytes uint32
@@ -187,6 +188,12 @@ func (t *Tracer) open(cfg Config) error {
 // bytes, 2 MiB in all.
 const DefaultStateSlots = 8192
 
+// FrontSlots is how many slots tw_st_front has when the slots are used: a
+// connection tries its slot there before its slot in tw_st_slots. 16 KiB,
+// so that the kernel allocates them in its direct map (bpf/stream_state.h
+// says why that is cheaper to reach): FRONT_SLOTS there.
+const FrontSlots = 64
+
 // MaxStateSlots bounds Config.StateSlots: 256 MiB of slots.
 const MaxStateSlots = 1 << 20
 
@@ -240,6 +247,9 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		nSlots = cfg.StateSlots
 	}
 	spec.Maps["tw_st_slots"].MaxEntries = nSlots
+	if !slots {
+		spec.Maps["tw_st_front"].MaxEntries = 1
+	}
 	spec.Maps["tw_st_events"].MaxEntries = cfg.RingBufferBytes
 	fragBase := t.tailSource(cfg)
 	var bounds [GapBuckets - 1]uint64
@@ -303,6 +313,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"tw_st_sk":       t.maps.TwStSk,
 		"tw_st_socks":    t.maps.TwStSocks,
 		"tw_st_slots":    t.maps.TwStSlots,
+		"tw_st_front":    t.maps.TwStFront,
 		"tw_st_events":   t.maps.TwStEvents,
 		"tw_st_counters": t.maps.TwStCounters,
 		"tw_st_calls":    t.maps.TwStCalls,

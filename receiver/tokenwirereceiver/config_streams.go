@@ -52,8 +52,10 @@ type StreamsConfig struct {
 	// a preallocated slot (256 bytes each) rather than in socket storage,
 	// which costs the write program a helper call per chunk: a power of
 	// two up to 1,048,576, or 0 for socket storage alone. Used where the
-	// state is in socket storage and the kernel has BPF atomics (5.12+);
-	// connections beyond them keep theirs in socket storage.
+	// state is in socket storage and the kernel has BPF atomics (5.12+),
+	// behind stream.FrontSlots slots that connections try first (and
+	// that 0 turns off too); connections beyond them keep theirs in
+	// socket storage.
 	StateSlots int `mapstructure:"state_slots"`
 	// Coalesce joins writes closer together than this into one chunk (a
 	// server that writes an event's framing and data separately).
