@@ -132,7 +132,7 @@ validate: build
 		./$(COLLECTOR) validate --config "$$f"; \
 	done
 
-## bench: BENCHMARKS.md from one run (root; about 30 min): kernel cost per chunk, Go and Python server overhead, record pipeline, XDP vs netfilter, memory, accuracy (bench/run.sh)
+## bench: BENCHMARKS.md from one run (root; about 75 min): kernel cost per chunk, Go and Python server overhead, record pipeline, XDP vs netfilter, memory, accuracy (bench/run.sh)
 bench: deps
 	$(MAKE) build
 	@command -v nft >/dev/null && command -v iptables-legacy >/dev/null && command -v ipset >/dev/null || { \

@@ -6,9 +6,10 @@
 #
 # BENCH_BASE is a commit whose collector kcost runs beside this tree's in
 # the same rounds (its mode base), so that what a change to the programs
-# saves or costs is measured within one run: by default the commit of the
-# run whose results are committed (HEAD's bench/results/RUN_ID), the one
-# the last report measured; BENCH_BASE=none leaves it out.
+# saves or costs is measured within one run: by default the commit in the
+# run ID of the results committed at HEAD (bench/results/RUN_ID; a dirty
+# run's commit without its uncommitted changes); BENCH_BASE=none leaves it
+# out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COLLECTOR=${COLLECTOR:-_build/tokenwire}
@@ -19,21 +20,31 @@ mkdir -p "$R" "$B"
 export TW_BENCH_RUN_ID
 TW_BENCH_RUN_ID=$(go run ./bench/runid)
 echo "bench: run $TW_BENCH_RUN_ID"
-base=${BENCH_BASE:-$(git show HEAD:bench/results/RUN_ID 2>/dev/null | sed -n 's/^[0-9TZ]*-\([0-9a-f]\{12\}\)\(-dirty\)\{0,1\}$/\1/p')}
 KC_BASE=()
+if [[ -n "${BENCH_BASE:-}" ]]; then
+	base=$BENCH_BASE from="BENCH_BASE"
+else
+	prev=$(git show HEAD:bench/results/RUN_ID 2>/dev/null || true)
+	base=$(sed -n 's/^[0-9TZ]*-\([0-9a-f]\{12,\}\)\(-dirty\)\{0,1\}$/\1/p' <<< "$prev")
+	from="the commit of run $prev"
+	[[ -n "$base" ]] || echo "bench: no commit in HEAD's bench/results/RUN_ID ('$prev'): no mode base (BENCH_BASE names one)"
+fi
 if [[ -n "$base" && "$base" != none ]]; then
-	rev=$(git rev-parse --verify --quiet "$base^{commit}") || { echo "bench: BENCH_BASE=$base is not a commit here (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
+	rev=$(git rev-parse --verify --quiet "$base^{commit}") || { echo "bench: $base ($from) is not a commit here (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
 	short=$(git rev-parse --short=12 "$rev")
-	echo "bench: building the collector of $short for kcost's mode base ($B/base-build.log)"
+	echo "bench: building the collector of $short ($from) for kcost's mode base ($B/base-build.log)"
 	rm -rf "$B/base"
 	git worktree prune
 	trap 'git worktree remove --force "$B/base" 2>/dev/null || true' EXIT
 	git worktree add --detach --quiet "$B/base" "$rev"
-	make -C "$B/base" build > "$B/base-build.log" 2>&1 || { echo "bench: building $short failed, see $B/base-build.log (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
+	# Its own make: nothing of this one's command line or jobs carries over.
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$B/base" build > "$B/base-build.log" 2>&1 ||
+		{ echo "bench: building $short failed, see $B/base-build.log (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
 	cp "$B/base/_build/tokenwire" "$B/tokenwire-base"
 	git worktree remove --force "$B/base"
+	trap - EXIT
 	"$B/tokenwire-base" validate --config "$CONFIG" || { echo "bench: the collector of $short does not take $CONFIG (BENCH_BASE=none leaves the base out)" >&2; exit 1; }
-	KC_BASE=(-base-collector "$B/tokenwire-base" -base-label "$short")
+	KC_BASE=(-base-collector "$B/tokenwire-base" -base-label "$short, $from")
 fi
 
 # Results of an earlier run must not survive into this one.

@@ -111,16 +111,18 @@ struct {
  * then in tw_st_slots (slot_of), and one whose slots others hold keeps
  * its state in socket storage as before. A slot is claimed by an atomic
  * compare-and-swap when the connection is first tracked, zeroed and freed
- * at its close (forget).
+ * at its close (forget); a connection keeps its state where it has it
+ * until then (track).
  *
- * Why two tables: the kernel allocates an array map of up to 32 KiB with
- * kmalloc, in its direct map, which the kernel's own accesses on the write
- * path keep in the TLB; a larger one (tw_st_slots' 8192 slots are 2 MiB)
- * is vmalloc'ed in 4 KiB pages, each a TLB miss and page walk of its own
- * when a write reaches it (bench/kcost's tw_pt_0b_small against
- * tw_pt_0b_slot). tw_st_front's FRONT_SLOTS fit under that limit on every
- * kernel (the array's header is a few hundred bytes), so a host's first
- * few dozen connections take the cheap way, the rest tw_st_slots'. */
+ * Why two tables: the kernel tries kmalloc for an array map of up to
+ * 32 KiB, which puts it in its direct map, and the kernel's own accesses
+ * on the write path keep that in the TLB; a larger one (tw_st_slots' 8192
+ * slots are 2 MiB), or a small one when no such block is free, is
+ * vmalloc'ed in 4 KiB pages, each a TLB miss and page walk of its own when
+ * a write reaches it (bench/kcost's tw_pt_0b_small against tw_pt_0b_slot).
+ * tw_st_front's FRONT_SLOTS fit under that limit on every kernel (the
+ * array's header is a few hundred bytes). Which connections get a front
+ * slot is up to their hashes: with a few dozen, most do. */
 const volatile __u8 state_slots = 0;
 /* tw_st_slots' max_entries less one, a power of two less one. */
 const volatile __u32 state_slot_mask = 0;
@@ -273,6 +275,17 @@ static __noinline struct stream_state *track_in_map(const struct sock *sk, __u32
 	return fresh_state(st, portpair, now);
 }
 
+/* current returns st, sk's state found in a slot, unless an earlier
+ * socket at sk's address left it (closed without the probe seeing it):
+ * then st is cleared and made this connection's. */
+static __always_inline struct stream_state *current(struct stream_state *st, __u32 portpair, __u64 now)
+{
+	if (st->portpair == portpair)
+		return st;
+	reset_stale(st);
+	return fresh_state(st, portpair, now);
+}
+
 /* claim returns sk's state in slot s, taking the slot when it is free,
  * or NULL when another connection holds it. */
 static __always_inline struct stream_state *claim(struct state_slot *s, const struct sock *sk, __u32 portpair, __u64 now)
@@ -290,26 +303,31 @@ static __always_inline struct stream_state *claim(struct state_slot *s, const st
 	}
 	if (owner != (__u64)sk)
 		return NULL;
-	if (st->portpair == portpair)
-		return st; /* tracked by another CPU just now */
-	reset_stale(st);
-	return fresh_state(st, portpair, now);
+	return current(st, portpair, now); /* tracked by another CPU just now */
 }
 
 /* track returns the socket's state, making it when the connection is new
  * to the probe (the one insert per connection), or NULL when there is no
- * room (counted). */
+ * room (counted). It runs on every request's bytes: a connection keeps
+ * the state where it has it, and only one with none claims a slot, so a
+ * slot that frees does not take a live connection's state from socket
+ * storage or from its other slot and start it afresh. */
 static __always_inline struct stream_state *track(const struct sock *sk, const int typed, __u64 now)
 {
 	__u32 portpair = RD(typed, sk, __sk_common.skc_portpair);
 	if (!state_in_sk)
 		return track_in_map(sk, portpair, now);
+	struct stream_state *st;
 	if (state_slots) {
-		struct stream_state *st = claim(front_slot_of(sk), sk, portpair, now);
-		if (st || (st = claim(slot_of(sk), sk, portpair, now)))
+		if ((st = owned(front_slot_of(sk), sk)) || (st = owned(slot_of(sk), sk)))
+			return current(st, portpair, now);
+		st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, 0);
+		if (st && st->gen)
+			return st;
+		if ((st = claim(front_slot_of(sk), sk, portpair, now)) || (st = claim(slot_of(sk), sk, portpair, now)))
 			return st;
 	}
-	struct stream_state *st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	st = bpf_sk_storage_get(&tw_st_sk, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(&tw_st_counters, TW_ST_COUNTER_TRACK_FAILED);
 		return NULL;
@@ -333,8 +351,8 @@ static __always_inline int release(struct state_slot *s, const struct sock *sk)
 	return 1;
 }
 
-/* forget drops the state of a closing socket: its socket storage, and
- * its entry in tw_st_socks (where a TLS connection's state moves for the
+/* forget drops the state of a closing socket: it frees its slots, or
+ * its socket storage, and its entry in tw_st_socks (where a TLS connection's state moves for the
  * uprobes to reach it, stream_tls.h). */
 static __always_inline void forget(const struct sock *sk, int in_map)
 {

@@ -179,7 +179,7 @@ func (m *Matrix) KernelsDoc(source string) string {
 		"What attached at each hook point in the default run (`HOOKS` lines of the tests). " +
 		"`state_storage` is where the stream probe keeps its per-connection state: socket storage needs BTF-typed hooks " +
 		"(fentry/fexit, tp_btf) and a kernel that lets tracing programs use it, else a bounded hash map; " +
-		"`slots`: socket storage behind an array of slots that most connections keep it in, where the verifier also takes atomic instructions.\n\n")
+		"`slots`: socket storage behind two arrays of slots (64 front slots, then `streams.state_slots`) that most connections keep it in, where the verifier also takes atomic instructions.\n\n")
 	b.WriteString(m.pointTable(func(r Row, c, p string) string {
 		_, kinds := defaultHooks(r, c)
 		return kinds[p]

@@ -384,8 +384,9 @@ var StateSteps = []string{"step-small", "step-slot", "step-store", "step-hash"}
 
 // StampSteps are the modes of the steps that find a socket's state and
 // record a write in it (the clock read and two updates), the least a
-// program that times a socket's writes does: in the connection's slot and
-// in local storage.
+// program that times a socket's writes does: in the connection's slot in
+// 8192 (like tw_st_slots) and in local storage; no step times writes in
+// the front slots.
 var StampSteps = []string{"step-state", "step-store-state"}
 
 // WriteSteps are the steps in order; kcost runs them, the report reads
@@ -395,8 +396,8 @@ var WriteSteps = []WriteStep{
 	{Mode: "step-sk", Prog: "tw_pt_0_sk", Adds: "a load from the socket (its port, against a constant)"},
 	{Mode: "step-rodata", Prog: "tw_pt_0a_port", Adds: "the watched port, read from .rodata (not inlined)", KeepRodata: true},
 	{Mode: "step-port", Prog: "tw_pt_0a_port", Adds: "the same port test, the port inlined at load (the receiver's)"},
-	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "the connection's slot in 8192, found by its hash (inlined lookup, no helper call; 2 MiB, vmalloc'ed: the receiver's tw_st_slots, for a connection whose front slot another holds, with BPF atomics, Linux 5.12+)"},
-	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "instead of the slot: the socket's local storage, looked up (made on the socket's first write; the receiver's where a connection's slot is held by another)", Base: "step-port"},
+	{Mode: "step-slot", Prog: "tw_pt_0b_slot", Adds: "the connection's slot in 8192, found by its hash (inlined lookup, no helper call; 2 MiB, vmalloc'ed: the receiver's tw_st_slots, for a connection whose front slot another holds, after that lookup; BPF atomics, Linux 5.12+)"},
+	{Mode: "step-store", Prog: "tw_pt_0b_store", Adds: "instead of the slot: the socket's local storage, looked up (made on the socket's first write; the receiver's for a connection whose two slots others hold)", Base: "step-port"},
 	{Mode: "step-hash", Prog: "tw_pt_0b_hash", Adds: "instead of the slot: a hash map keyed by the socket's address (the receiver's for hook types without socket storage)", Base: "step-port"},
 	{Mode: "step-small", Prog: "tw_pt_0b_small", Adds: "instead of the slot: 64 slots, so that more connections share one (16 KiB, small enough for the kernel to allocate with kmalloc, in its direct map: the receiver's front slots, tw_st_front, that a connection tries first)", Base: "step-port"},
 	{Mode: "step-nested", Prog: "tw_pt_0b_nested", Adds: "instead of the slot: as many slots as the receiver's, in 128 arrays of 64 (an array of maps), each kmalloc'ed", Base: "step-port"},

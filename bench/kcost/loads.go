@@ -28,8 +28,30 @@ type load struct {
 	// stats do not count).
 	serverPid int
 	modes     []string // the collector set-ups measured under this load
-	run       func(d time.Duration) (loadResult, error)
-	stop      func()
+	// withBase: mode base (-base-collector) runs beside mode tokenwire.
+	withBase bool
+	run      func(d time.Duration) (loadResult, error)
+	stop     func()
+}
+
+// roundModes is l's modes in round r's order: rotated by r, so that no
+// mode is always first, with mode base next to mode tokenwire, after it
+// in even rounds and before it in odd ones, so that the pair the report
+// compares meets the same minute of the host's drift.
+func (l *load) roundModes(r int) []string {
+	var out []string
+	for m := range l.modes {
+		mode := l.modes[(m+r)%len(l.modes)]
+		switch {
+		case mode != "tokenwire" || !l.withBase:
+			out = append(out, mode)
+		case r%2 == 0:
+			out = append(out, mode, "base")
+		default:
+			out = append(out, "base", mode)
+		}
+	}
+	return out
 }
 
 type loadResult struct {
@@ -115,7 +137,7 @@ func denseLoad() (*load, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: denseSparseModes(),
+	l := &load{name: "dense", port: hs.Port, stop: func() { hs.Close() }, modes: denseSparseModes, withBase: *baseCollector != "",
 		describe: fmt.Sprintf("Go net/http SSE server, %d concurrent streams of %d events %v apart, %d-byte events, one connection per stream",
 			*denseStreams, *denseChunks, *denseInterval, len(openAIChunk(0)))}
 	l.run = func(d time.Duration) (loadResult, error) {
@@ -160,15 +182,9 @@ func getStream(addr string) (int, int64, error) {
 
 // denseSparseModes are the modes of the dense and sparse loads: the
 // collector as configured, without response details and without the
-// state slots, -base-collector when it is set, then the write program's
-// steps (the floor first).
-func denseSparseModes() []string {
-	m := []string{"tokenwire", "nodetails", "noslots"}
-	if *baseCollector != "" {
-		m = append(m, "base")
-	}
-	return append(m, writeStepModes()...)
-}
+// state slots, then the write program's steps (the floor first); and mode
+// base with -base-collector (load.roundModes).
+var denseSparseModes = append([]string{"tokenwire", "nodetails", "noslots"}, writeStepModes()...)
 
 func writeStepModes() []string {
 	var m []string
@@ -188,13 +204,13 @@ func sparseLoad(tmp string, cert *teststack.TLSCert) (*load, error) {
 		return nil, err
 	}
 	l := &load{name: "sparse", port: srv.Port, serverPid: srv.Proc.Pid(), stop: func() { srv.Stop() },
-		modes: denseSparseModes(),
+		modes: denseSparseModes, withBase: *baseCollector != "",
 		describe: fmt.Sprintf("uvicorn %v + starlette (Python %v), %d openai-python-style clients on keep-alive connections, streams of %d events %v apart",
 			srv.Ready["uvicorn"], srv.Ready["python"], *sparseStreams, *sparseChunks, *sparseIntv)}
 	var clientTLS *tls.Config
 	if cert != nil {
 		clientTLS = cert.ClientConfig()
-		l.name, l.modes = "tls", []string{"tokenwire", "notls", "bystander", "floor"}
+		l.name, l.modes, l.withBase = "tls", []string{"tokenwire", "notls", "bystander", "floor"}, false
 		l.describe = "the sparse load over TLS (uvicorn's --ssl-certfile, Python's ssl module on libssl; TLS 1.3 clients): " + l.describe
 	}
 	l.run = func(d time.Duration) (loadResult, error) {

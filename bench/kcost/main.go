@@ -28,8 +28,9 @@
 //     measured with the TLS uprobes on its crypto/tls and without them.
 //
 // With -base-collector, the dense and sparse loads also run mode base:
-// another build of the collector (an earlier commit's, bench/run.sh's
-// BENCH_BASE) with the same config, in the same rounds, so that a change
+// another build of the collector (another commit's, bench/run.sh's
+// BENCH_BASE) with the same config, next to mode tokenwire in every
+// round, so that a change
 // to the programs shows as a difference paired by round rather than
 // between two runs, which this host's drift from one run to the next
 // can swamp.
@@ -168,8 +169,7 @@ func run() error {
 	for r := range *rounds {
 		for k := range loads {
 			l := loads[(k+r)%len(loads)]
-			for m := range l.modes {
-				mode := l.modes[(m+r)%len(l.modes)]
+			for _, mode := range l.roundModes(r) {
 				if *modesFlag != "" && !slices.Contains(strings.Split(*modesFlag, ","), mode) {
 					continue
 				}
@@ -268,7 +268,7 @@ func bystander() (string, error) {
 // nodetails without response details; noslots without the state slots;
 // notls without the TLS uprobes;
 // bystander with system-wide ones that do not read the server;
-// base: -base-collector as configured), with
+// base with -base-collector, the same config), with
 // the floor programs attached (floor) or one of the write program's parts
 // (step-*), and returns each program's runs and
 // run time over the load.
@@ -293,7 +293,9 @@ func measure(g *teststack.Group, coll benchutil.Collector, l *load, mode string,
 		}
 		defer p.Stop()
 		before = func() (map[uint32]benchutil.ProgStat, error) { return byID(benchutil.Programs(p.Pid())) }
-		tails = func() (float64, error) { return coll.Telemetry(tailsFromUserMetric) }
+		if mode != "base" { // another commit's collector may not have the metric
+			tails = func() (float64, error) { return coll.Telemetry(tailsFromUserMetric) }
+		}
 	default:
 		attach := attachFloor
 		for _, st := range benchutil.WriteSteps[1:] {

@@ -18,7 +18,7 @@
  *                   tw_st_slots, Linux 5.12+: stream_state.h's slot_of)
  *   tw_pt_0b_store  or, instead of the slot, the socket's local storage
  *                   (made on its first write): the receiver's for a
- *                   connection whose slot another holds, and on 5.11
+ *                   connection whose two slots others hold, and on 5.11
  *   tw_pt_0b_hash   or a hash map keyed by the socket's address (the
  *                   receiver's for hook types without socket storage)
  *   tw_pt_0b_small  or 64 slots: small enough for the kernel to kmalloc
@@ -76,7 +76,7 @@ struct {
 	__type(value, struct part_state);
 } tw_pt_socks SEC(".maps");
 
-/* The same state in the receiver's slots: picked by the connection's
+/* The same state in slots like tw_st_slots': picked by the connection's
  * hash, owned by one socket at a time, 256 bytes each as the receiver's
  * (an owner, then the state, whose first line is what a write touches). */
 #define PART_SLOTS 8192
@@ -149,7 +149,7 @@ static __always_inline void take(struct part_slot *s, const struct sock *sk)
 	}
 }
 
-/* slot finds the connection's slot as stream_state.h's state_of does. The
+/* slot finds the connection's slot as stream_state.h's slot_of does. The
  * receiver claims a free slot with a compare-and-swap once per connection
  * and frees it at the close, which no part sees: here a connection takes
  * its slot over from whichever held it before, so that the slots of

@@ -223,7 +223,7 @@ func writeFloorNote(data map[[2]string][]kround, load, flProg string) string {
 		return "; the target is below what the receiver's ways of finding a socket's state cost here: the port test and one of them and nothing else took, in ns/run, " + n
 	}
 	if n := stepsNote(data, load, flProg, benchutil.StampSteps); n != "" {
-		return "; the target is below what timing a socket's writes costs here, the state found as the receiver finds it: the port test, a state lookup, a clock read and two updates of the state and nothing else took, in ns/run, " + n
+		return "; with the state in 8192 slots or in local storage (the receiver's for a connection whose front slot another holds; no step times writes in the front slots), timing a socket's writes alone, the port test, a state lookup, a clock read and two updates of the state and nothing else, took, in ns/run, " + n
 	}
 	return ""
 }
@@ -423,14 +423,16 @@ func detailsCost(d *doc, data map[[2]string][]kround) {
 }
 
 // baseCost compares, round by round, this run's collector against the
-// build of commit base (kcost's mode base) with the same config: what the
-// programs' changes since that commit save, measured within one run.
+// build of another commit (kcost's mode base, its label base) with the
+// same config: what the programs' changes between the two save or cost,
+// measured within one run.
 func baseCost(d *doc, data map[[2]string][]kround, base string) {
 	if len(data[[2]string{"dense", "base"}]) == 0 && len(data[[2]string{"sparse", "base"}]) == 0 {
 		return
 	}
-	d.p("This run's collector against the collector built from commit %s (kcost's mode base: by default the commit of the run the last committed report measured, `BENCH_BASE` in `bench/run.sh`), with the same config, in the same rounds, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk. A change to the programs since that commit shows here, within one run; between two runs, what this host's speed drifts by can be larger. *Saved* is %s's less this run's.\n\n", base, base)
-	d.p("| load | write program: this run's | %s's | saved per run | all programs: this run's | %s's | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n", base, base)
+	commit, _, _ := strings.Cut(base, ",")
+	d.p("This run's collector against the collector built from commit %s (kcost's mode base; `bench/run.sh` builds it from `BENCH_BASE`, by default the commit in the run ID of the results committed before the run), with the same config, next to this run's in every round, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk. What differs between the two builds' programs shows here, within one run; between two runs, what this host's speed drifts by can be larger. *Saved* is %s's less this run's.\n\n", base, commit)
+	d.p("| load | write program: this run's | %s's | saved per run | all programs: this run's | %s's | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n", commit, commit)
 	for _, l := range []string{"dense", "sparse"} {
 		bs, tw, saved, ok := writeRunPaired(data, l, "base", "tokenwire")
 		if !ok {
@@ -438,10 +440,24 @@ func baseCost(d *doc, data map[[2]string][]kround, base string) {
 		}
 		bsr, twr := data[[2]string{l, "base"}], data[[2]string{l, "tokenwire"}]
 		savedChunk := byRound(bsr, twr, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
-		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), bs.f(0), saved.f(0), everyRound(saved),
-			each(twr, kround.perChunk).f(0), each(bsr, kround.perChunk).f(0), savedChunk.f(0), everyRound(savedChunk))
+		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), bs.f(0), saved.f(0), eachWay(saved),
+			each(twr, kround.perChunk).f(0), each(bsr, kround.perChunk).f(0), savedChunk.f(0), eachWay(savedChunk))
 	}
 	d.p("\n")
+}
+
+// eachWay says whether a saving that can go either way held in every
+// round, or its opposite did.
+func eachWay(saved spread) string {
+	switch {
+	case !saved.complete():
+		return "not measured in every round"
+	case saved.Min > 0:
+		return "cheaper in every round"
+	case saved.Max < 0:
+		return "dearer in every round"
+	}
+	return "either way"
 }
 
 // slotsCost compares, round by round, the collector as configured (its
@@ -496,7 +512,7 @@ func writeParts(d *doc, data map[[2]string][]kround) {
 	if len(data[[2]string{"dense", "step-tail"}]) == 0 {
 		return
 	}
-	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to the slot, to bpf_task_pt_regs and to the user read), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add.\n\n")
+	d.p("Where the write program's time goes: `bench/kcost/parts.bpf.c` rebuilds it step by step, each step one program that also does the steps above it; each ran alone on `sock_send_length`, in every round, under the same loads (net ns per run). *Added* is the step's own cost: the difference from the step above (or from the step it names, for the alternatives to the slot, to bpf_task_pt_regs and to the user read), paired by round. The last row is tokenwire's write program itself against the last step: what classifying the write's bytes and accounting the chunk add; the steps from `tw_pt_0c_clock` on find the state in 8192 slots (`tw_pt_0b_slot`'s lookup), where the receiver finds most connections' in its 64 front slots (`tw_pt_0b_small`'s), so that row also holds the difference between those two lookups.\n\n")
 	d.p("| step | adds | dense: ns per run | dense: added | sparse: ns per run | sparse: added |\n| --- | --- | --- | --- | --- | --- |\n")
 	perRun := func(l, mode, prog string) ([]kround, spread) {
 		rs := data[[2]string{l, mode}]

@@ -1,8 +1,11 @@
 package stream
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,10 +22,10 @@ import (
 // state in slots, first tw_st_front's, then tw_st_slots', and those whose
 // slots others hold in socket storage; either way every stream is
 // measured exactly, and a closed connection's slots are freed for the
-// next. With one slot in tw_st_slots, the connections whose front slot
-// another holds take it one at a time and the rest take the socket
-// storage way, and every connection reuses the slots its predecessor
-// freed. Where the kernel lacks atomics (5.10, 5.11), no slot is used.
+// next. With one slot in tw_st_slots, one of the connections whose front
+// slot another holds takes it and the rest take the socket storage way,
+// and every connection reuses the slots its predecessor freed. Where the
+// kernel lacks atomics (5.10, 5.11), no slot is used.
 func TestStateSlots(t *testing.T) {
 	bpftest.Require(t)
 	if !probe.HaveAtomics() {
@@ -129,10 +132,10 @@ func waitSlotsFree(t *testing.T, tr *Tracer) {
 	var held []string
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		held = nil
-		for _, m := range []*ebpf.Map{tr.maps.TwStFront, tr.maps.TwStSlots} {
+		for name, m := range map[string]*ebpf.Map{"tw_st_front": tr.maps.TwStFront, "tw_st_slots": tr.maps.TwStSlots} {
 			owners, bad := slotOwners(t, m)
 			for o := range owners {
-				held = append(held, fmt.Sprintf("%s: held by %#x", m, o))
+				held = append(held, fmt.Sprintf("%s: a slot held by %#x", name, o))
 			}
 			held = append(held, bad...)
 		}
@@ -163,7 +166,7 @@ func slotOwners(t *testing.T, m *ebpf.Map) (owners map[uint64]bool, bad []string
 		if owner != 0 {
 			owners[owner] = true
 		} else if !zero {
-			bad = append(bad, fmt.Sprintf("%s slot %d: free, state not zeroed", m, key))
+			bad = append(bad, fmt.Sprintf("slot %d: free, state not zeroed", key))
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -183,10 +186,13 @@ func TestStateSlotsSized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := tr.StateStorage()
+	got, front := tr.StateStorage(), tr.maps.TwStFront.MaxEntries()
 	tr.Close()
 	if got != "socket storage" && !strings.HasPrefix(got, "map") {
 		t.Fatalf("state_slots 0: state in %q, want socket storage (or the map, without typed hooks)", got)
+	}
+	if front != 1 {
+		t.Fatalf("state_slots 0: tw_st_front has %d slots, want 1 (unused)", front)
 	}
 	for _, n := range []uint32{1000, MaxStateSlots * 2} {
 		cfg.StateSlots = n
@@ -199,4 +205,114 @@ func TestStateSlotsSized(t *testing.T) {
 			t.Fatalf("state slots %d: %q, want %q", n, err, want)
 		}
 	}
+}
+
+// TestStateSlotsKeepState: a connection keeps its state where it has it.
+// Connections whose front slot another holds keep theirs in tw_st_slots
+// (one slot here) or socket storage; once every front slot's holder has
+// closed, their next requests must not claim the freed front slots and
+// start afresh: the streams on each connection keep its generation,
+// their sequence numbers follow on, and the probe counts each connection
+// once.
+func TestStateSlotsKeepState(t *testing.T) {
+	bpftest.Require(t)
+	if !probe.HaveAtomics() {
+		t.Logf("no BPF atomics here: no slots (TestStateSlots checks that none is used)")
+		return
+	}
+	const conns, events = 40, 6
+	srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 10 * time.Millisecond, Events: events, HeadersFirst: true}
+	addr, port := serve(t, srv)
+	cfg := testConfig(port)
+	cfg.StateSlots = 1
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	type keptConn struct {
+		c  net.Conn
+		br *bufio.Reader
+		id ID // its first stream's
+	}
+	get := func(k *keptConn) error {
+		req, err := http.NewRequest("GET", "http://"+addr+"/", nil)
+		if err != nil {
+			return err
+		}
+		if err := req.Write(k.c); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(k.br, req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	// One request at a time, so that each new stream is the connection's.
+	seen := map[ID]bool{}
+	kept := make([]*keptConn, conns)
+	for i := range kept {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		kept[i] = &keptConn{c: c, br: bufio.NewReader(c)}
+		if err := get(kept[i]); err != nil {
+			t.Fatal(err)
+		}
+		for id := range rec.ends(t, i+1) {
+			if !seen[id] {
+				seen[id], kept[i].id = true, id
+			}
+		}
+	}
+	front, _ := slotOwners(t, tr.maps.TwStFront)
+	var others []*keptConn
+	for _, k := range kept {
+		if front[k.id.Sock] {
+			k.c.Close()
+		} else {
+			others = append(others, k)
+		}
+	}
+	if len(others) == 0 {
+		t.Fatalf("all %d connections found a front slot of their own; the test needs two that share one", conns)
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if held, _ := slotOwners(t, tr.maps.TwStFront); len(held) == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("front slots still held after their connections closed: %v", held)
+		}
+	}
+	for _, k := range others {
+		if err := get(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	streams := rec.ends(t, conns+len(others))
+	requireCompleted(t, streams, conns+len(others))
+	for _, k := range others {
+		next := ID{Sock: k.id.Sock, Gen: k.id.Gen, Seq: k.id.Seq + 1}
+		if _, ok := streams[next]; !ok {
+			var got []ID
+			for id := range streams {
+				if id.Sock == k.id.Sock && id != k.id {
+					got = append(got, id)
+				}
+			}
+			t.Errorf("connection of stream %+v: next stream %+v, want %+v (the same connection's state)", k.id, got, next)
+		}
+	}
+	if held, _ := slotOwners(t, tr.maps.TwStFront); len(held) != 0 {
+		t.Errorf("%d live connections took front slots that freed: %v", len(held), held)
+	}
+	if tracked, err := tr.Sockets(); err != nil || tracked != len(others) {
+		t.Errorf("%d connections open, %d tracked (%v)", len(others), tracked, err)
+	}
+	t.Logf("%d connections: %d in front slots closed, %d kept their state elsewhere", conns, conns-len(others), len(others))
 }

@@ -124,7 +124,8 @@ type Tracer struct {
 	// why not, when it was tried.
 	inSocket  bool
 	mapReason error
-	// inSlots: with inSocket, most connections' state is in tw_st_slots.
+	// inSlots: with inSocket, most connections' state is in slots
+	// (tw_st_front, tw_st_slots).
 	inSlots bool
 	// tailReason says why the programs read write tails from the
 	// writer's memory; nil when they read the kernel's copy.
@@ -190,8 +191,9 @@ const DefaultStateSlots = 8192
 
 // FrontSlots is how many slots tw_st_front has when the slots are used: a
 // connection tries its slot there before its slot in tw_st_slots. 16 KiB,
-// so that the kernel allocates them in its direct map (bpf/stream_state.h
-// says why that is cheaper to reach): FRONT_SLOTS there.
+// so that the kernel can kmalloc them, in its direct map
+// (bpf/stream_state.h says why that is cheaper to reach): FRONT_SLOTS
+// there.
 const FrontSlots = 64
 
 // MaxStateSlots bounds Config.StateSlots: 256 MiB of slots.
@@ -207,9 +209,9 @@ func CheckStateSlots(n int64) error {
 	return nil
 }
 
-// useSlots says whether connections keep their state in tw_st_slots
-// (with socket storage): they claim a slot with an atomic
-// compare-and-exchange.
+// useSlots says whether connections keep their state in slots
+// (tw_st_front, tw_st_slots; with socket storage): they claim a slot with
+// an atomic compare-and-exchange.
 func useSlots(cfg Config) bool {
 	return cfg.StateSlots > 0 && probe.HaveAtomics()
 }
