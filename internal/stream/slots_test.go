@@ -230,6 +230,9 @@ func TestStateSlotsKeepState(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := record(t, tr)
+	if tr.StateStorage() != "socket storage, behind slots" {
+		t.Fatalf("state in %s, want slots (the hooks: %v)", tr.StateStorage(), tr.HookPoints())
+	}
 	type keptConn struct {
 		c  net.Conn
 		br *bufio.Reader
@@ -264,13 +267,26 @@ func TestStateSlotsKeepState(t *testing.T) {
 		if err := get(kept[i]); err != nil {
 			t.Fatal(err)
 		}
+		var fresh []ID
 		for id := range rec.ends(t, i+1) {
 			if !seen[id] {
-				seen[id], kept[i].id = true, id
+				seen[id] = true
+				fresh = append(fresh, id)
 			}
 		}
+		if len(fresh) != 1 {
+			t.Fatalf("connection %d's request: new streams %v, want one", i, fresh)
+		}
+		kept[i].id = fresh[0]
 	}
 	front, _ := slotOwners(t, tr.maps.TwStFront)
+	// With one slot in tw_st_slots, a second connection whose front slot
+	// another holds keeps its state in socket storage: both ways are
+	// exercised.
+	if back, _ := slotOwners(t, tr.maps.TwStSlots); len(back) != 1 || conns-len(front) < 2 {
+		t.Fatalf("%d connections: %d in front slots, %d in tw_st_slots; the test needs one in tw_st_slots and one more in socket storage",
+			conns, len(front), len(back))
+	}
 	var others []*keptConn
 	for _, k := range kept {
 		if front[k.id.Sock] {
@@ -278,9 +294,6 @@ func TestStateSlotsKeepState(t *testing.T) {
 		} else {
 			others = append(others, k)
 		}
-	}
-	if len(others) == 0 {
-		t.Fatalf("all %d connections found a front slot of their own; the test needs two that share one", conns)
 	}
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if held, _ := slotOwners(t, tr.maps.TwStFront); len(held) == 0 {
