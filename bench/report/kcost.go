@@ -433,15 +433,23 @@ func baseCost(d *doc, data map[[2]string][]kround, base string) {
 	commit, _, _ := strings.Cut(base, ",")
 	d.p("This run's collector against the collector built from commit %s (kcost's mode base; `bench/run.sh` builds it from `BENCH_BASE`, by default the commit in the run ID of the results committed before the run), with the same config, next to this run's in every round, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk. What differs between the two builds' programs shows here, within one run; between two runs, what this host's speed drifts by can be larger. *Saved* is %s's less this run's.\n\n", base, commit)
 	d.p("| load | write program: this run's | %s's | saved per run | all programs: this run's | %s's | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n", commit, commit)
+	pairedRows(d, data, "base", eachWay)
+}
+
+// pairedRows writes, per load, the rows of a table that pairs mode other
+// with mode tokenwire by round: the write program's net ns per run in
+// each and other's less tokenwire's, then the same for all programs per
+// chunk; verdict says how the differences went over the rounds.
+func pairedRows(d *doc, data map[[2]string][]kround, other string, verdict func(spread) string) {
 	for _, l := range []string{"dense", "sparse"} {
-		bs, tw, saved, ok := writeRunPaired(data, l, "base", "tokenwire")
+		ot, tw, saved, ok := writeRunPaired(data, l, other, "tokenwire")
 		if !ok {
 			continue
 		}
-		bsr, twr := data[[2]string{l, "base"}], data[[2]string{l, "tokenwire"}]
-		savedChunk := byRound(bsr, twr, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
-		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), bs.f(0), saved.f(0), eachWay(saved),
-			each(twr, kround.perChunk).f(0), each(bsr, kround.perChunk).f(0), savedChunk.f(0), eachWay(savedChunk))
+		otr, twr := data[[2]string{l, other}], data[[2]string{l, "tokenwire"}]
+		savedChunk := byRound(otr, twr, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
+		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), ot.f(0), saved.f(0), verdict(saved),
+			each(twr, kround.perChunk).f(0), each(otr, kround.perChunk).f(0), savedChunk.f(0), verdict(savedChunk))
 	}
 	d.p("\n")
 }
@@ -470,17 +478,7 @@ func slotsCost(d *doc, data map[[2]string][]kround) {
 	}
 	d.p("The state slots (64 in front, kmalloc'ed, then `streams.state_slots`, 8192 by default, vmalloc'ed) against the same collector with `state_slots: 0`, every connection's state in socket storage, paired by round: tokenwire's write program in net ns per run, and all programs in net ns per chunk.\n\n")
 	d.p("| load | write program: slots | socket storage | saved per run | all programs: slots | socket storage | saved per chunk |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, l := range []string{"dense", "sparse"} {
-		ns, tw, saved, ok := writeRunPaired(data, l, "noslots", "tokenwire")
-		if !ok {
-			continue
-		}
-		nsr, twr := data[[2]string{l, "noslots"}], data[[2]string{l, "tokenwire"}]
-		savedChunk := byRound(nsr, twr, func(x, y kround) float64 { return x.perChunk() - y.perChunk() })
-		d.p("| %s | %s | %s | %s (%s) | %s | %s | %s (%s) |\n", l, tw.f(0), ns.f(0), saved.f(0), everyRound(saved),
-			each(twr, kround.perChunk).f(0), each(nsr, kround.perChunk).f(0), savedChunk.f(0), everyRound(savedChunk))
-	}
-	d.p("\n")
+	pairedRows(d, data, "noslots", everyRound)
 }
 
 // writeRunPaired returns tokenwire's write program in net ns per run on

@@ -44,17 +44,7 @@ func TestStateSlots(t *testing.T) {
 		t.Run(fmt.Sprintf("slots=%d", slots), func(t *testing.T) {
 			const concurrent, sequential, events = 40, 10, 6
 			srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 10 * time.Millisecond, Events: events, HeadersFirst: true}
-			addr, port := serve(t, srv)
-			cfg := testConfig(port)
-			cfg.StateSlots = slots
-			tr, err := Open(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
-			if tr.StateStorage() != "socket storage, behind slots" {
-				t.Fatalf("state in %s, want slots (the hooks: %v)", tr.StateStorage(), tr.HookPoints())
-			}
+			addr, tr, rec := serveWithSlots(t, srv, slots)
 			if n := tr.maps.TwStFront.MaxEntries(); n != FrontSlots {
 				t.Fatalf("tw_st_front has %d slots, want FrontSlots (%d)", n, FrontSlots)
 			}
@@ -122,6 +112,25 @@ func TestStateSlots(t *testing.T) {
 			waitSlotsFree(t, tr)
 		})
 	}
+}
+
+// serveWithSlots serves srv and opens a tracer on its port with slots
+// state slots, recording its records; it fails the test unless the
+// connections' state is in slots.
+func serveWithSlots(t *testing.T, srv *teststack.SSEServer, slots uint32) (string, *Tracer, *recorder) {
+	t.Helper()
+	addr, port := serve(t, srv)
+	cfg := testConfig(port)
+	cfg.StateSlots = slots
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	if tr.StateStorage() != "socket storage, behind slots" {
+		t.Fatalf("state in %s, want slots (the hooks: %v)", tr.StateStorage(), tr.HookPoints())
+	}
+	return addr, tr, rec
 }
 
 // waitSlotsFree fails the test unless every slot of both tables is free
@@ -222,17 +231,7 @@ func TestStateSlotsKeepState(t *testing.T) {
 	}
 	const conns, events = 40, 6
 	srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 10 * time.Millisecond, Events: events, HeadersFirst: true}
-	addr, port := serve(t, srv)
-	cfg := testConfig(port)
-	cfg.StateSlots = 1
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
-	if tr.StateStorage() != "socket storage, behind slots" {
-		t.Fatalf("state in %s, want slots (the hooks: %v)", tr.StateStorage(), tr.HookPoints())
-	}
+	addr, tr, rec := serveWithSlots(t, srv, 1)
 	type keptConn struct {
 		c  net.Conn
 		br *bufio.Reader
