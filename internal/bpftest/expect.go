@@ -64,9 +64,13 @@ func KernelHas(tb testing.TB, k hook.Kind, t Target) bool {
 	return false
 }
 
+// kernelBTF is decoded once per test binary (internal/probe, which shares
+// the receiver's, imports this package in its tests).
+var kernelBTF = btf.NewCache()
+
 func kernelType[T btf.Type](tb testing.TB, name string, typ *T) bool {
 	tb.Helper()
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelBTF.Kernel()
 	if err != nil {
 		tb.Fatalf("reading kernel BTF: %v", err)
 	}

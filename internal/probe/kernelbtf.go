@@ -2,17 +2,56 @@ package probe
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/cilium/ebpf/btf"
 )
 
+// kernelBTFIdle is how long the decoded kernel BTF is kept after its last
+// use (a variable for the tests).
+var kernelBTFIdle = 30 * time.Second
+
+// kernelBTF holds the running kernel's BTF, decoded once for the type
+// lookups and program loads that come together: a receiver's start, a
+// /proc scan's TLS probes, a test binary's tracers. Decoding vmlinux's
+// BTF takes about 0.3 s of CPU on this kind of machine, and every program
+// loaded with CO-RE relocations decoded it afresh without a shared cache;
+// the decoded types take tens of MiB, so they are let go once unused.
+var kernelBTF struct {
+	mu    sync.Mutex
+	cache *btf.Cache
+	drop  *time.Timer
+}
+
+// KernelBTF returns the process's shared cache of the kernel's BTF, for
+// type lookups and for ebpf.CollectionOptions.Cache. It is dropped
+// kernelBTFIdle after the last call; a caller may keep using what it
+// got.
+func KernelBTF() *btf.Cache {
+	kernelBTF.mu.Lock()
+	defer kernelBTF.mu.Unlock()
+	if kernelBTF.cache == nil {
+		kernelBTF.cache = btf.NewCache()
+		kernelBTF.drop = time.AfterFunc(kernelBTFIdle, func() {
+			kernelBTF.mu.Lock()
+			defer kernelBTF.mu.Unlock()
+			kernelBTF.cache = nil
+		})
+	} else {
+		kernelBTF.drop.Reset(kernelBTFIdle)
+	}
+	return kernelBTF.cache
+}
+
 // KernelType returns the type called name, of T's kind (*btf.Func,
 // *btf.Struct, *btf.Typedef, ...), from the running kernel's BTF. The
-// error wraps btf.ErrNotFound when the kernel has no such type, and says
-// so when the kernel's BTF cannot be read.
+// type is shared: callers read it and do not change it. The error wraps
+// btf.ErrNotFound when the kernel has no such type, and says so when the
+// kernel's BTF cannot be read.
 func KernelType[T btf.Type](name string) (T, error) {
 	var typ T
-	kernel, err := btf.LoadKernelSpec()
+	kernel, err := KernelBTF().Kernel()
 	if err != nil {
 		return typ, fmt.Errorf("reading kernel BTF: %w", err)
 	}

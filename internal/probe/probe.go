@@ -191,7 +191,7 @@ func load(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string)
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"prog"`
 	}
-	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
+	if err := one.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps, Cache: KernelBTF()}); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			// cilium/ebpf suggests raising RLIMIT_MEMLOCK on any EPERM; the
 			// receiver already has, so the kernel refuses this program type

@@ -71,7 +71,7 @@ func traceAllocation(spec *ebpf.CollectionSpec, tid int) (uint64, error) {
 		Kmalloc *ebpf.Program `ebpf:"tw_st_frag_kmalloc"`
 		Found   *ebpf.Map     `ebpf:"tw_st_frag_base"`
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Cache: probe.KernelBTF()}); err != nil {
 		return 0, fmt.Errorf("loading the calibration programs: %w", err)
 	}
 	defer objs.Page.Close()

@@ -267,7 +267,7 @@ func TestStateSlotsKeepState(t *testing.T) {
 			t.Fatal(err)
 		}
 		var fresh []ID
-		for id := range rec.ends(t, i+1) {
+		for id := range rec.endIDs(i + 1) {
 			if !seen[id] {
 				seen[id] = true
 				fresh = append(fresh, id)

@@ -97,25 +97,32 @@ func trace(t *testing.T, ports ...uint16) (*Tracer, *recorder) {
 	return tr, record(t, tr)
 }
 
-// ends waits until n END records arrived and returns all records grouped by
-// stream, in arrival order.
-func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
-	t.Helper()
+// endIDs waits, at most 5 s, until n END records of responses arrived, and
+// returns their streams.
+func (r *recorder) endIDs(n int) map[ID]bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		ids := map[ID]bool{}
 		r.mu.Lock()
-		var got int
 		for _, rec := range r.recs {
 			if rec.Kind == KindEnd && rec.Stats.HeadersTS != 0 {
-				got++
+				ids[rec.ID] = true
 			}
 		}
 		r.mu.Unlock()
-		if got >= n || time.Now().After(deadline) {
-			break
+		if len(ids) >= n || time.Now().After(deadline) {
+			return ids
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ends waits until n END records arrived, and 100 ms more for records that
+// should not come, and returns all records grouped by stream, in arrival
+// order.
+func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
+	t.Helper()
+	r.endIDs(n)
 	time.Sleep(100 * time.Millisecond)
 	// Read drops what comes after a stream's END; a second END can come
 	// of a write's race with a close, another kind should not.

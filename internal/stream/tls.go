@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 
+	"github.com/tokenwire/tokenwire/internal/probe"
 	"github.com/tokenwire/tokenwire/internal/tlsprobe"
 )
 
@@ -100,9 +101,7 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 }
 
 // loadTLS loads the uprobe programs (for uprobe_multi links when multi)
-// against the tracer's maps. They are loaded in one collection load, which
-// reads the kernel's BTF once: the load runs while servers stream, and
-// every collection load parses vmlinux's BTF afresh.
+// against the tracer's maps, in one collection load.
 func (t *Tracer) loadTLS(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, multi bool) (*tlsprobe.Programs, error) {
 	attachType := ebpf.AttachNone
 	if multi {
@@ -113,7 +112,7 @@ func (t *Tracer) loadTLS(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, m
 		ps.AttachType = attachType // only the uprobes are loaded
 	}
 	var objs tlsObjects
-	if err := some.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
+	if err := some.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps, Cache: probe.KernelBTF()}); err != nil {
 		err = fmt.Errorf("loading the TLS uprobes: %w", err)
 		t.tls.setErr(err)
 		return nil, err
