@@ -64,8 +64,8 @@ func KernelHas(tb testing.TB, k hook.Kind, t Target) bool {
 	return false
 }
 
-// kernelBTF is decoded once per test binary (internal/probe, which shares
-// the receiver's, imports this package in its tests).
+// kernelBTF is decoded once per test binary. It is not probe.KernelBTF:
+// probe's own tests import this package.
 var kernelBTF = btf.NewCache()
 
 func kernelType[T btf.Type](tb testing.TB, name string, typ *T) bool {

@@ -127,10 +127,6 @@ func (t *Tracer) open(cfg Config) (err error) {
 	if err := spec.Variables["wakeup_bytes"].Set(probe.WakeupBytes(cfg.RingBufferBytes)); err != nil {
 		return err
 	}
-	if _, err := probe.InlineReadOnly(spec); err != nil {
-		return err
-	}
-
 	if err := t.LoadMaps(spec, &t.maps, "handshake"); err != nil {
 		return err
 	}

@@ -15,31 +15,39 @@ var kernelBTFIdle = 30 * time.Second
 // kernelBTF holds the running kernel's BTF, decoded once for the type
 // lookups and program loads that come together: a receiver's start, a
 // /proc scan's TLS probes, a test binary's tracers. Decoding vmlinux's
-// BTF takes about 0.3 s of CPU on this kind of machine, and every program
-// loaded with CO-RE relocations decoded it afresh without a shared cache;
-// the decoded types take tens of MiB, so they are let go once unused.
+// BTF costs about 0.3 s of CPU on a 2-core cloud VM, and without a shared
+// cache each program load with CO-RE relocations decodes it again; the
+// decoded types take tens of MiB, so they are let go once unused.
 var kernelBTF struct {
-	mu    sync.Mutex
-	cache *btf.Cache
-	drop  *time.Timer
+	mu       sync.Mutex
+	cache    *btf.Cache
+	lastUsed time.Time
+	drop     *time.Timer // the cache's: it lets go of it once idle
 }
 
 // KernelBTF returns the process's shared cache of the kernel's BTF, for
-// type lookups and for ebpf.CollectionOptions.Cache. It is dropped
-// kernelBTFIdle after the last call; a caller may keep using what it
-// got.
+// type lookups and for ebpf.CollectionOptions.Cache. The process lets go
+// of it kernelBTFIdle after the last call; a caller may keep using what
+// it got.
 func KernelBTF() *btf.Cache {
 	kernelBTF.mu.Lock()
 	defer kernelBTF.mu.Unlock()
+	kernelBTF.lastUsed = time.Now()
 	if kernelBTF.cache == nil {
-		kernelBTF.cache = btf.NewCache()
+		c := btf.NewCache()
+		kernelBTF.cache = c
 		kernelBTF.drop = time.AfterFunc(kernelBTFIdle, func() {
 			kernelBTF.mu.Lock()
 			defer kernelBTF.mu.Unlock()
+			if kernelBTF.cache != c {
+				return
+			}
+			if left := kernelBTFIdle - time.Since(kernelBTF.lastUsed); left > 0 {
+				kernelBTF.drop.Reset(left)
+				return
+			}
 			kernelBTF.cache = nil
 		})
-	} else {
-		kernelBTF.drop.Reset(kernelBTFIdle)
 	}
 	return kernelBTF.cache
 }
@@ -52,6 +60,7 @@ func KernelBTF() *btf.Cache {
 func KernelType[T btf.Type](name string) (T, error) {
 	var typ T
 	kernel, err := KernelBTF().Kernel()
+	KernelBTF() // in use until the decoding, which can take seconds, is done
 	if err != nil {
 		return typ, fmt.Errorf("reading kernel BTF: %w", err)
 	}

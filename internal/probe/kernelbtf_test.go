@@ -15,18 +15,14 @@ import (
 func TestKernelBTFIsSharedThenDropped(t *testing.T) {
 	bpftest.Require(t)
 	idle := kernelBTFIdle
-	kernelBTFIdle = 200 * time.Millisecond
-	t.Cleanup(func() { kernelBTFIdle = idle })
-	drop := func() {
+	kernelBTF.mu.Lock()
+	kernelBTF.cache = nil // afresh, with the default idle time
+	kernelBTF.mu.Unlock()
+	t.Cleanup(func() {
 		kernelBTF.mu.Lock()
 		defer kernelBTF.mu.Unlock()
-		if kernelBTF.drop != nil {
-			kernelBTF.drop.Stop()
-		}
-		kernelBTF.cache = nil
-	}
-	drop()
-	t.Cleanup(drop)
+		kernelBTFIdle = idle
+	})
 
 	first := KernelBTF()
 	a, err := KernelType[*btf.Func]("tcp_sendmsg")
@@ -40,15 +36,20 @@ func TestKernelBTFIsSharedThenDropped(t *testing.T) {
 	if a != b || KernelBTF() != first {
 		t.Fatalf("two lookups decoded the kernel's BTF twice (types %p and %p)", a, b)
 	}
+	// Once idle for a short time now: the timer is made to look again.
+	kernelBTF.mu.Lock()
+	kernelBTFIdle = 200 * time.Millisecond
+	kernelBTF.drop.Reset(0)
+	kernelBTF.mu.Unlock()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		kernelBTF.mu.Lock()
-		held := kernelBTF.cache != nil
+		held := kernelBTF.cache == first
 		kernelBTF.mu.Unlock()
 		if !held {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kernel BTF still held 10 s after its last use (idle limit %v)", kernelBTFIdle)
+			t.Fatalf("kernel BTF still held 10 s after its last use (idle time %v)", kernelBTFIdle)
 		}
 	}
 	if KernelBTF() == first {

@@ -180,7 +180,10 @@ func LoadAndAttach(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, parts [
 }
 
 // load loads the program named progName from spec, alone, with maps
-// replacing the collection's maps.
+// replacing the collection's maps and the values of its read-only globals
+// inlined (InlineReadOnly): set them all before. Inlining here, one
+// program at a time, analyses only the programs a probe loads, not every
+// hook type's variant in the collection.
 func load(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string) (*ebpf.Program, error) {
 	ps, ok := spec.Programs[progName]
 	if !ok {
@@ -188,6 +191,9 @@ func load(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, progName string)
 	}
 	one := spec.Copy()
 	one.Programs = map[string]*ebpf.ProgramSpec{"prog": ps.Copy()}
+	if _, err := InlineReadOnly(one); err != nil {
+		return nil, fmt.Errorf("inline %s: %w", progName, err)
+	}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"prog"`
 	}

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/probe"
@@ -126,10 +129,15 @@ func pointFunction(name string) string {
 }
 
 // TestHooksInUse logs what attached at each hook point with the tests'
-// hook order, for the kernel matrix (see bpftest.HookOrderEnv).
+// hook order, for the kernel matrix (see bpftest.HookOrderEnv), and checks
+// that the programs as the kernel runs them have the read-only settings
+// inlined (probe.InlineReadOnly): no program reads .rodata before its
+// first helper call (where BTF-typed hooks test the port), and the
+// watched port is an immediate.
 func TestHooksInUse(t *testing.T) {
 	bpftest.Require(t)
-	tr, err := Open(testConfig(1))
+	const port = 40321 // nothing listens: a constant to find
+	tr, err := Open(testConfig(port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +160,61 @@ func TestHooksInUse(t *testing.T) {
 			t.Errorf("%s: nothing attached", p.Name)
 		}
 	}
+	var withPort []string
+	for point, progs := range tr.Programs() {
+		for _, prog := range progs {
+			info, err := prog.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			insns, err := info.Instructions()
+			if err != nil {
+				t.Fatalf("%s: %v", info.Name, err)
+			}
+			// Registers that hold an address in .rodata, up to the first
+			// helper call (straight-line: a load through one is a read the
+			// pass should have made an immediate; an address no load uses
+			// may stay).
+			rodata := map[asm.Register]bool{}
+			called := false
+			for i, ins := range insns {
+				called = called || ins.IsBuiltinCall()
+				if ins.Constant == port && (ins.IsConstantLoad(asm.DWord) || ins.OpCode.Class().IsJump()) {
+					withPort = append(withPort, info.Name)
+				}
+				if called {
+					continue
+				}
+				if ins.OpCode.Class().IsLoad() && ins.OpCode.Mode() == asm.MemMode && rodata[ins.Src] {
+					t.Errorf("%s (%s) reads .rodata at instruction %d, before its first helper call: %v", info.Name, point, i, ins)
+				}
+				if ins.OpCode.Class().IsJump() || ins.OpCode.Class() == asm.StXClass || ins.OpCode.Class() == asm.StClass {
+					continue // no register written
+				}
+				if ins.OpCode.Class() == asm.ALU64Class && ins.OpCode.ALUOp() == asm.Add && ins.OpCode.Source() == asm.ImmSource {
+					continue // an address stays one at a constant offset
+				}
+				rodata[ins.Dst] = ins.IsLoadFromMap() && ins.Src == asm.PseudoMapValue && mapName(t, uint32(ins.Constant)) == ".rodata"
+			}
+		}
+	}
+	if len(withPort) == 0 {
+		t.Errorf("no program has the watched port %d as an immediate", port)
+	}
+	t.Logf("programs with the port inlined: %v", withPort)
+}
+
+// mapName returns the name of the map with the given ID.
+func mapName(t *testing.T, id uint32) string {
+	t.Helper()
+	m, err := ebpf.NewMapFromID(ebpf.MapID(id))
+	if err != nil {
+		t.Fatalf("map %d: %v", id, err)
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatalf("map %d: %v", id, err)
+	}
+	return info.Name
 }

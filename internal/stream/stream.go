@@ -299,9 +299,6 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 			return fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
-	if _, err := probe.InlineReadOnly(spec); err != nil {
-		return err
-	}
 	if err := t.LoadMaps(spec, &t.maps, "stream"); err != nil {
 		return err
 	}

@@ -97,8 +97,8 @@ func trace(t *testing.T, ports ...uint16) (*Tracer, *recorder) {
 	return tr, record(t, tr)
 }
 
-// endIDs waits, at most 5 s, until n END records of responses arrived, and
-// returns their streams.
+// endIDs waits, at most 5 s, until n streams' responses ended (END
+// records), and returns those streams.
 func (r *recorder) endIDs(n int) map[ID]bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -117,7 +117,7 @@ func (r *recorder) endIDs(n int) map[ID]bool {
 	}
 }
 
-// ends waits until n END records arrived, and 100 ms more for records that
+// ends waits until n streams' responses ended, and 100 ms more for records that
 // should not come, and returns all records grouped by stream, in arrival
 // order.
 func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {

@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,15 +102,24 @@ func (t *Tracer) startTLS(cfg Config, spec *ebpf.CollectionSpec, maps map[string
 }
 
 // loadTLS loads the uprobe programs (for uprobe_multi links when multi)
-// against the tracer's maps, in one collection load.
+// against the tracer's maps, the values of their read-only globals
+// inlined (probe.InlineReadOnly).
 func (t *Tracer) loadTLS(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map, multi bool) (*tlsprobe.Programs, error) {
 	attachType := ebpf.AttachNone
 	if multi {
 		attachType = ebpf.AttachTraceUprobeMulti
 	}
 	some := spec.Copy()
-	for _, ps := range some.Programs {
-		ps.AttachType = attachType // only the uprobes are loaded
+	for name, ps := range some.Programs {
+		if ps.Type != ebpf.Kprobe || !strings.HasPrefix(ps.SectionName, "uprobe") && !strings.HasPrefix(ps.SectionName, "uretprobe") {
+			delete(some.Programs, name)
+			continue
+		}
+		ps.AttachType = attachType
+	}
+	if _, err := probe.InlineReadOnly(some); err != nil {
+		t.tls.setErr(err)
+		return nil, err
 	}
 	var objs tlsObjects
 	if err := some.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: maps, Cache: probe.KernelBTF()}); err != nil {

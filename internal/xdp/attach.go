@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tokenwire/tokenwire/bpf"
+	"github.com/tokenwire/tokenwire/internal/probe"
 )
 
 // ErrForeignProgram is returned (wrapped, with the interface and the
@@ -59,7 +60,7 @@ func (f *Filter) newInstance(iface string) (*instance, error) {
 		bpf.XdpFilterMapTwXdpBlock6: f.block6.outer,
 		bpf.XdpFilterMapTwXdpAllow4: f.allow4.outer,
 		bpf.XdpFilterMapTwXdpAllow6: f.allow6.outer,
-	}})
+	}, Cache: probe.KernelBTF()})
 	if err != nil {
 		return nil, fmt.Errorf("xdp: loading the program for %q: %w", iface, err)
 	}
