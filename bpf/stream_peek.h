@@ -45,12 +45,30 @@ static __always_inline int is_done_event(const char b[32], __u64 len)
 	       d[6] == '[' && d[7] == 'D' && d[8] == 'O' && d[9] == 'N' && d[10] == 'E' && d[11] == ']';
 }
 
+/* has_chunked tells whether "chunked", in any case, is in d[0, n). Each
+ * offset takes one 8-byte load, its first 7 bytes in lower case (ORing
+ * 0x20 turns no other byte into a letter) and the 8th masked off, and one
+ * compare: besides its bound, the loop has one branch per step. The
+ * verifier walks the loop once per step and per path into it: a compare
+ * per byte, each a branch of its own, tripled the instructions it walks
+ * for the write program. The last load takes the byte at d[TW_PEEK_MAX],
+ * in d's buffer (payload_buf), masked off. */
+static __always_inline int has_chunked(const __u8 *d, __u32 n)
+{
+	const __u64 word = 0x64656b6e756863ULL; /* "chunked", little-endian */
+	for (__u32 i = 0; i < TW_PEEK_MAX - 6; i++) {
+		if (i + 7 > n)
+			return 0;
+		if (((*(const __u64 *)(d + i) | 0x20202020202020ULL) & 0xffffffffffffffULL) == word)
+			return 1;
+	}
+	return 0;
+}
+
 /* head_flags reads a response's first write (n bytes): HTTP/1.x or not,
  * "chunked" anywhere in it (its body ends with a terminator), and whether
  * its status is 1xx (100 Continue, 103 Early Hints: an interim head, which
- * servers write on its own; the final head follows). Once per response.
- * The loop keeps one flag only: the verifier then sees two states per
- * step, not one per position. */
+ * servers write on its own; the final head follows). Once per response. */
 static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 {
 	if (n < 12 || d[0] != 'H' || d[1] != 'T' || d[2] != 'T' || d[3] != 'P' || d[4] != '/' || d[5] != '1' ||
@@ -58,18 +76,7 @@ static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 		return 0;
 	if (d[9] == '1')
 		return TW_RESP_HTTP | TW_RESP_INTERIM;
-	__u8 flags = TW_RESP_HTTP;
-	for (__u32 i = 0; i < TW_PEEK_MAX - 7; i++) {
-		if (i + 7 > n)
-			break;
-		if ((d[i] | 0x20) == 'c' && (d[i + 1] | 0x20) == 'h' && (d[i + 2] | 0x20) == 'u' &&
-		    (d[i + 3] | 0x20) == 'n' && (d[i + 4] | 0x20) == 'k' && (d[i + 5] | 0x20) == 'e' &&
-		    (d[i + 6] | 0x20) == 'd') {
-			flags |= TW_RESP_CHUNKED;
-			break;
-		}
-	}
-	return flags;
+	return has_chunked(d, n) ? TW_RESP_HTTP | TW_RESP_CHUNKED : TW_RESP_HTTP;
 }
 
 /* peek_response sends the head of the response's first write (len bytes

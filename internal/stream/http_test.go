@@ -334,3 +334,70 @@ func capturedRequest(t *testing.T, cfg Config, port uint16, request string) []by
 	e := requireCompleted(t, streams, 1)[0]
 	return requestBytes(streams[e.ID])
 }
+
+// "chunked" in any case, anywhere in the first 512 bytes of a response's
+// first write (all of it the program reads), marks the response chunked:
+// its body ends with a terminator. A word cut by the end of the write or
+// of those 512 bytes does not, and neither do near misses.
+func TestChunkedAnywhereInTheHead(t *testing.T) {
+	bpftest.Require(t)
+	const peekMax = 512
+	head := func(c int, headers string) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nX-Case: %d\r\n%s", c, headers)
+	}
+	// at is case c's head with "chunked" at byte off, after a padding header.
+	at := func(c, off int) string {
+		h := head(c, "X-Pad: ")
+		return h + strings.Repeat("p", off-len(h)-len("\r\nTransfer-Encoding: ")) + "\r\nTransfer-Encoding: chunked\r\n\r\n"
+	}
+	cases := []struct {
+		name   string
+		writes []string
+		want   bool
+	}{
+		{"lower case", []string{head(0, "transfer-encoding: chunked\r\n\r\n")}, true},
+		{"upper case", []string{head(1, "TRANSFER-ENCODING: CHUNKED\r\n\r\n")}, true},
+		{"mixed case", []string{head(2, "Transfer-Encoding: ChUnKeD\r\n\r\n")}, true},
+		{"the write's last bytes", []string{head(3, "Transfer-Encoding: chunked"), "\r\n\r\n"}, true},
+		// Case 3's head, one byte shorter: its "d" may still be in the
+		// program's buffer, just past this write's bytes.
+		{"cut by the write's end", []string{head(4, "Transfer-Encoding: chunke"), "d\r\n\r\n"}, false},
+		{"the last of 512 bytes", []string{at(5, peekMax-7)}, true},
+		{"cut at 512 bytes", []string{at(6, peekMax-6)}, false},
+		{"near misses", []string{head(7, "X-A: chunkes\r\nX-B: chunk-ed\r\nX-C: hunked\r\nContent-Length: 0\r\n\r\n")}, false},
+	}
+	writes := map[string][]string{}
+	for i, c := range cases {
+		writes[fmt.Sprintf("/%d", i)] = c.writes
+	}
+	srv := teststack.ServeScript(t, writes)
+	_, rec := trace(t, srv.Port)
+	for i := range cases {
+		c := dialRaw(t, srv.Addr)
+		fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		if _, err := io.Copy(io.Discard, c); err != nil { // until the server closes
+			t.Fatal(err)
+		}
+	}
+	got := map[int]uint8{}
+	for _, recs := range rec.ends(t, len(cases)) {
+		for _, r := range recs {
+			var c int
+			if _, after, ok := bytes.Cut(r.Data, []byte("X-Case: ")); r.Kind == KindResponse && ok {
+				fmt.Sscanf(string(after), "%d", &c)
+				got[c] = r.Flags
+			}
+		}
+	}
+	for i, c := range cases {
+		flags, ok := got[i]
+		switch {
+		case !ok:
+			t.Errorf("%s: no response head recorded", c.name)
+		case flags&RespHTTP == 0:
+			t.Errorf("%s: flags %#x, not an HTTP head", c.name, flags)
+		case (flags&RespChunked != 0) != c.want:
+			t.Errorf("%s: chunked %v, want %v", c.name, flags&RespChunked != 0, c.want)
+		}
+	}
+}

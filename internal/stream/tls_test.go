@@ -177,6 +177,13 @@ func goTLSServerReadAsPlaintext(t *testing.T, cfg Config) {
 	cfg.Ports = []uint16{uint16(srv.Port)}
 	tr, rec := traceTLSWith(t, cfg)
 	waitProbed(t, tr, os.Getpid())
+	for _, prog := range tr.TLSPrograms() {
+		info, err := prog.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkVerifierHeadroom(t, "uprobe", info)
+	}
 
 	client := cert.HTTPClient(true)
 	var sent []uint64

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -97,4 +98,42 @@ func ServeOne(tb testing.TB, handle func(c *net.TCPConn)) uint16 {
 		handle(c.(*net.TCPConn))
 	}()
 	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// ScriptServer answers each connection's request with the writes listed
+// for its path, each in a write of its own and in order, then closes the
+// connection: for heads and bodies a test spells out byte by byte.
+type ScriptServer struct {
+	Addr string
+	Port uint16
+}
+
+// ServeScript starts a ScriptServer on a free 127.0.0.1 port until the
+// test ends. A path it has no writes for is answered with none.
+func ServeScript(tb testing.TB, writes map[string][]string) *ScriptServer {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go acceptLoop(ln, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		line, err := br.ReadString('\n') // "GET /path HTTP/1.1"
+		if err != nil {
+			return
+		}
+		readHead(br)
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			return
+		}
+		for _, w := range writes[fields[1]] {
+			if _, err := io.WriteString(c, w); err != nil {
+				return
+			}
+		}
+	})
+	return &ScriptServer{Addr: ln.Addr().String(), Port: uint16(ln.Addr().(*net.TCPAddr).Port)}
 }
