@@ -75,7 +75,6 @@ static __always_inline __u64 read_size(__u64 n, const __u64 max)
 
 _Static_assert((TW_REQ_SLICE & (TW_REQ_SLICE - 1)) == 0, "read_size needs a power of two");
 _Static_assert((TW_PEEK_MAX & (TW_PEEK_MAX - 1)) == 0, "read_size needs a power of two");
-_Static_assert(TW_PEEK_MAX < TW_REQ_SLICE, "has_chunked reads one byte past TW_PEEK_MAX of a payload_buf");
 
 /* payload_send reads n bytes (at most TW_REQ_SLICE) from src into the
  * record and sends it. */

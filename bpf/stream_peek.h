@@ -45,14 +45,16 @@ static __always_inline int is_done_event(const char b[32], __u64 len)
 	       d[6] == '[' && d[7] == 'D' && d[8] == 'O' && d[9] == 'N' && d[10] == 'E' && d[11] == ']';
 }
 
-/* has_chunked tells whether "chunked", in any case, is in d[0, n). Each
- * offset takes one 8-byte load, its first 7 bytes in lower case (ORing
- * 0x20 turns no other byte into a letter) and the 8th masked off, and one
- * compare: besides its bound, the loop has one branch per step. The
- * verifier walks the loop once per step and per path into it: a compare
- * per byte, each a branch of its own, tripled the instructions it walks
- * for the write program. The last load takes the byte at d[TW_PEEK_MAX],
- * in d's buffer (payload_buf), masked off. */
+_Static_assert(sizeof(((struct payload_buf *)0)->data) > TW_PEEK_MAX, "has_chunked loads data[TW_PEEK_MAX]");
+
+/* has_chunked tells whether "chunked", in any case, is in d[0, n), d
+ * being a payload_buf's data (n <= TW_PEEK_MAX): each offset's load takes
+ * the byte after the 7 it tests too, masked off, up to d[TW_PEEK_MAX].
+ * One 8-byte load per offset, its 7 bytes in lower case (ORing 0x20 turns
+ * no other byte into a letter) and one compare: the loop has one branch
+ * per step besides its bounds. A compare per byte would be a branch per
+ * byte, and the verifier walks each as a path of its own, once per step
+ * and per path into the loop: most of the write program's verification. */
 static __always_inline int has_chunked(const __u8 *d, __u32 n)
 {
 	const __u64 word = 0x64656b6e756863ULL; /* "chunked", little-endian */
@@ -65,10 +67,11 @@ static __always_inline int has_chunked(const __u8 *d, __u32 n)
 	return 0;
 }
 
-/* head_flags reads a response's first write (n bytes): HTTP/1.x or not,
- * "chunked" anywhere in it (its body ends with a terminator), and whether
- * its status is 1xx (100 Continue, 103 Early Hints: an interim head, which
- * servers write on its own; the final head follows). Once per response. */
+/* head_flags reads a response's first write (n bytes at d, a payload_buf's
+ * data, as has_chunked needs): HTTP/1.x or not, "chunked" anywhere in it
+ * (its body ends with a terminator), and whether its status is 1xx (100
+ * Continue, 103 Early Hints: an interim head, which servers write on its
+ * own; the final head follows). Once per response. */
 static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 {
 	if (n < 12 || d[0] != 'H' || d[1] != 'T' || d[2] != 'T' || d[3] != 'P' || d[4] != '/' || d[5] != '1' ||

@@ -338,10 +338,15 @@ func capturedRequest(t *testing.T, cfg Config, port uint16, request string) []by
 // "chunked" in any case, anywhere in the first 512 bytes of a response's
 // first write (all of it the program reads), marks the response chunked:
 // its body ends with a terminator. A word cut by the end of the write or
-// of those 512 bytes does not, and neither do near misses.
+// of those 512 bytes does not, and neither do near misses. The write
+// program reads a head into a per-CPU buffer, and the server writes every
+// head from one CPU, in the cases' order: past a head's end the buffer
+// holds what the case before left, a "\r" after case 3's "chunked" (a
+// scan that compared the byte its 8-byte loads take past the 7 they test
+// would miss the word) and a "d" after case 4's "chunke" (one that read a
+// byte past the write would find a word there).
 func TestChunkedAnywhereInTheHead(t *testing.T) {
 	bpftest.Require(t)
-	const peekMax = 512
 	head := func(c int, headers string) string {
 		return fmt.Sprintf("HTTP/1.1 200 OK\r\nX-Case: %d\r\n%s", c, headers)
 	}
@@ -359,12 +364,10 @@ func TestChunkedAnywhereInTheHead(t *testing.T) {
 		{"upper case", []string{head(1, "TRANSFER-ENCODING: CHUNKED\r\n\r\n")}, true},
 		{"mixed case", []string{head(2, "Transfer-Encoding: ChUnKeD\r\n\r\n")}, true},
 		{"the write's last bytes", []string{head(3, "Transfer-Encoding: chunked"), "\r\n\r\n"}, true},
-		// Case 3's head, one byte shorter: its "d" may still be in the
-		// program's buffer, just past this write's bytes.
 		{"cut by the write's end", []string{head(4, "Transfer-Encoding: chunke"), "d\r\n\r\n"}, false},
-		{"the last of 512 bytes", []string{at(5, peekMax-7)}, true},
-		{"cut at 512 bytes", []string{at(6, peekMax-6)}, false},
-		{"near misses", []string{head(7, "X-A: chunkes\r\nX-B: chunk-ed\r\nX-C: hunked\r\nContent-Length: 0\r\n\r\n")}, false},
+		{"the last of 512 bytes", []string{at(5, PeekMax-7)}, true},
+		{"cut at 512 bytes", []string{at(6, PeekMax-6)}, false},
+		{"near misses", []string{head(7, "X-A: chunkes\r\nX-B: chunk-ed\r\nX-C: hunked\r\nX-D: chunke\xe4\r\nContent-Length: 0\r\n\r\n")}, false},
 	}
 	writes := map[string][]string{}
 	for i, c := range cases {
@@ -379,25 +382,34 @@ func TestChunkedAnywhereInTheHead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := map[int]uint8{}
+	byCase := map[int][]Record{}
 	for _, recs := range rec.ends(t, len(cases)) {
 		for _, r := range recs {
-			var c int
-			if _, after, ok := bytes.Cut(r.Data, []byte("X-Case: ")); r.Kind == KindResponse && ok {
-				fmt.Sscanf(string(after), "%d", &c)
-				got[c] = r.Flags
+			_, after, ok := bytes.Cut(r.Data, []byte("X-Case: "))
+			if r.Kind != KindResponse || !ok {
+				continue
 			}
+			var c int
+			if _, err := fmt.Sscanf(string(after), "%d", &c); err != nil {
+				t.Fatalf("response head %q: %v", r.Data, err)
+			}
+			byCase[c] = append(byCase[c], r)
 		}
 	}
 	for i, c := range cases {
-		flags, ok := got[i]
+		if len(byCase[i]) != 1 {
+			t.Errorf("%s: %d response heads recorded, want 1", c.name, len(byCase[i]))
+			continue
+		}
+		r := byCase[i][0]
+		if want := min(len(c.writes[0]), PeekMax); len(r.Data) != want {
+			t.Errorf("%s: %d bytes of the head recorded, want %d", c.name, len(r.Data), want)
+		}
 		switch {
-		case !ok:
-			t.Errorf("%s: no response head recorded", c.name)
-		case flags&RespHTTP == 0:
-			t.Errorf("%s: flags %#x, not an HTTP head", c.name, flags)
-		case (flags&RespChunked != 0) != c.want:
-			t.Errorf("%s: chunked %v, want %v", c.name, flags&RespChunked != 0, c.want)
+		case r.Flags&RespHTTP == 0:
+			t.Errorf("%s: flags %#x, not an HTTP head", c.name, r.Flags)
+		case (r.Flags&RespChunked != 0) != c.want:
+			t.Errorf("%s: chunked %v, want %v", c.name, r.Flags&RespChunked != 0, c.want)
 		}
 	}
 }

@@ -3,10 +3,14 @@ package teststack
 import (
 	"bufio"
 	"io"
+	"maps"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // RawServer answers one request per connection the way simple Python
@@ -102,7 +106,11 @@ func ServeOne(tb testing.TB, handle func(c *net.TCPConn)) uint16 {
 
 // ScriptServer answers each connection's request with the writes listed
 // for its path, each in a write of its own and in order, then closes the
-// connection: for heads and bodies a test spells out byte by byte.
+// connection: for heads and bodies a test spells out byte by byte. Every
+// connection is answered from an OS thread pinned to the same CPU, so the
+// kernel runs the programs its writes fire on that CPU, connection after
+// connection when the test makes them one at a time: what one leaves in a
+// per-CPU buffer is there for the next.
 type ScriptServer struct {
 	Addr string
 	Port uint16
@@ -112,6 +120,15 @@ type ScriptServer struct {
 // test ends. A path it has no writes for is answered with none.
 func ServeScript(tb testing.TB, writes map[string][]string) *ScriptServer {
 	tb.Helper()
+	writes = maps.Clone(writes)
+	var cpus unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &cpus); err != nil {
+		tb.Fatal(err)
+	}
+	cpu := 0
+	for !cpus.IsSet(cpu) {
+		cpu++
+	}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -119,6 +136,12 @@ func ServeScript(tb testing.TB, writes map[string][]string) *ScriptServer {
 	tb.Cleanup(func() { ln.Close() })
 	go acceptLoop(ln, func(c net.Conn) {
 		defer c.Close()
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		var one unix.CPUSet
+		one.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			return
+		}
 		br := bufio.NewReader(c)
 		line, err := br.ReadString('\n') // "GET /path HTTP/1.1"
 		if err != nil {
