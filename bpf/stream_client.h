@@ -53,6 +53,10 @@ const volatile __u8 n_client_ports = 0;
 const volatile __u32 client_pids[MAX_CLIENT_PIDS] = {};
 const volatile __u8 n_client_pids = 0;
 const volatile __u64 client_comms[MAX_CLIENT_COMMS][2] = {};
+/* The bytes of a comm that client_comms[i] sets: its name and the NUL
+ * after it. Before Linux 5.17 exec did not clear the comm past the new
+ * name's NUL, so what follows it is the previous name's tail. */
+const volatile __u64 client_comm_masks[MAX_CLIENT_COMMS][2] = {};
 const volatile __u8 n_client_comms = 0;
 
 /* client_port says whether sk's remote port is a configured one. */
@@ -92,7 +96,8 @@ static __always_inline int client_process(void)
 	for (int i = 0; i < MAX_CLIENT_COMMS; i++) {
 		if (i >= n_client_comms)
 			return 0;
-		if (client_comms[i][0] == comm[0] && client_comms[i][1] == comm[1])
+		if (client_comms[i][0] == (comm[0] & client_comm_masks[i][0]) &&
+		    client_comms[i][1] == (comm[1] & client_comm_masks[i][1]))
 			return 1;
 	}
 	return 0;

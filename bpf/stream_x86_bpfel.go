@@ -327,6 +327,7 @@ const (
 	StreamProgTwTlsWrRet           = "tw_tls_wr_ret"
 	StreamProgTwTlsWrex            = "tw_tls_wrex"
 	StreamVarChunkRecords          = "chunk_records"
+	StreamVarClientCommMasks       = "client_comm_masks"
 	StreamVarClientComms           = "client_comms"
 	StreamVarClientPids            = "client_pids"
 	StreamVarClientPorts           = "client_ports"
@@ -471,6 +472,7 @@ type StreamMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type StreamVariableSpecs struct {
 	ChunkRecords          *ebpf.VariableSpec `ebpf:"chunk_records"`
+	ClientCommMasks       *ebpf.VariableSpec `ebpf:"client_comm_masks"`
 	ClientComms           *ebpf.VariableSpec `ebpf:"client_comms"`
 	ClientPids            *ebpf.VariableSpec `ebpf:"client_pids"`
 	ClientPorts           *ebpf.VariableSpec `ebpf:"client_ports"`
@@ -572,6 +574,7 @@ func (m *StreamMaps) Close() error {
 // It can be passed to LoadStreamObjects or ebpf.CollectionSpec.LoadAndAssign.
 type StreamVariables struct {
 	ChunkRecords          *ebpf.Variable `ebpf:"chunk_records"`
+	ClientCommMasks       *ebpf.Variable `ebpf:"client_comm_masks"`
 	ClientComms           *ebpf.Variable `ebpf:"client_comms"`
 	ClientPids            *ebpf.Variable `ebpf:"client_pids"`
 	ClientPorts           *ebpf.Variable `ebpf:"client_ports"`

@@ -39,17 +39,18 @@ func (c ClientConfig) clientVars() (map[string]any, error) {
 	copy(ports[:], c.RemotePorts)
 	var pids [MaxClientPids]uint32
 	copy(pids[:], c.Pids)
-	var comms [MaxClientNames][2]uint64
+	var comms, masks [MaxClientNames][2]uint64
 	for i, n := range c.Names {
-		comms[i] = commWords(n)
+		comms[i], masks[i] = commWords(n), commMask(n)
 	}
 	return map[string]any{
-		"client_ports":   ports,
-		"n_client_ports": uint8(len(c.RemotePorts)),
-		"client_pids":    pids,
-		"n_client_pids":  uint8(len(c.Pids)),
-		"client_comms":   comms,
-		"n_client_comms": uint8(len(c.Names)),
+		"client_ports":      ports,
+		"n_client_ports":    uint8(len(c.RemotePorts)),
+		"client_pids":       pids,
+		"n_client_pids":     uint8(len(c.Pids)),
+		"client_comms":      comms,
+		"client_comm_masks": masks,
+		"n_client_comms":    uint8(len(c.Names)),
 	}, nil
 }
 
@@ -61,6 +62,20 @@ func commWords(name string) [2]uint64 {
 	var w [2]uint64
 	for i := range 16 {
 		w[i/8] |= uint64(b[i]) << (8 * (i % 8))
+	}
+	return w
+}
+
+// commMask selects the bytes of a 16-byte comm that tell whether it is
+// name: name's (cut to MaxCommLen) and the NUL after it. The bytes after
+// that NUL are left out: before Linux 5.17, exec copied the new name over
+// the old one without clearing the rest, so a curl started by a process
+// whose name was longer keeps that name's tail there.
+func commMask(name string) [2]uint64 {
+	n := min(len(name), MaxCommLen) + 1
+	var w [2]uint64
+	for i := range n {
+		w[i/8] |= 0xff << (8 * (i % 8))
 	}
 	return w
 }
