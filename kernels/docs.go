@@ -291,10 +291,14 @@ _build/bin/kernels -render kernels/results/matrix.json            # the docs aga
 - The kernels are pinned by URL and SHA256 in kernels/kernels.json, fetched once into _build/kernels/cache
   (TOKENWIRE_KERNEL_CACHE moves it). The target installs qemu-system-x86, busybox-static and curl with apt when missing.
 - Each guest is qemu under TCG (the CI machines' /dev/kvm cannot run a guest) with a busybox initramfs that carries
-  the packages' static test binaries. Every top-level test runs in an invocation of its own with its own timeout
-  (-test-timeout): a test that hangs is reported as that test and the plan goes on.
-- Tests that need iproute2 network namespaces, veth pairs or setpriv cannot run under busybox: the guests leave
-  them out and say so in the matrix; the native row runs them.
+  the packages' static test binaries, and the host's server stacks at their host paths: Python 3 with the packages
+  the test servers import (uvicorn, starlette, FastAPI), Node, curl, and every library they load, OpenSSL's libssl
+  among them (kernels/userland.go). So the guests run the same Python and Node servers over TLS, with the uprobes on
+  the same libssl and node binaries, as the native row, and the plan sets TOKENWIRE_REQUIRE_STACKS there too: a
+  stack that is missing fails its tests instead of skipping them. Every top-level test runs in an invocation of its
+  own with its own timeout (-test-timeout): a test that hangs is reported as that test and the plan goes on.
+- Tests that need iproute2 network namespaces, veth pairs, setpriv or the Go toolchain cannot run under busybox: the
+  guests leave them out and say so in the matrix; the native row runs them.
 - A guest whose kernel panics before /init (it has run nothing of the plan; 6.12 under TCG rarely does) is booted once
   more; the matrix lists the failed boot and keeps its console log as <kernel>.boot1.log. So is one that dies of an int3
   trap in kernel text that no patch site claims ("Oops: int3": under multi-threaded TCG a vCPU can run a stale

@@ -13,10 +13,13 @@ import (
 // lives in the guest.
 const guestRoot = "/w"
 
-// BuildInitramfs writes a gzip'd newc cpio to out: busybox (static) as
+// BuildInitramfs writes the guests' initramfs to out: the host's stacks
+// (WriteUserland), then a gzip'd newc cpio of busybox (static) as
 // /bin/busybox, /init, a few /etc files, and the stage directory under /w.
-// Busybox installs its applet links itself at boot.
-func BuildInitramfs(out, busybox, stage string) error {
+// Busybox installs its applet links itself at boot. The uncompressed
+// archive comes first, as early microcode does: the kernel reads an
+// archive's end by its trailer, and a compressed one by its stream.
+func BuildInitramfs(out, busybox, stage string, stacks []string) error {
 	if err := checkStatic(busybox); err != nil {
 		return err
 	}
@@ -30,6 +33,11 @@ func BuildInitramfs(out, busybox, stage string) error {
 	}
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 1<<20)
+	if len(stacks) > 0 {
+		if _, err := WriteUserland(bw, stacks); err != nil {
+			return err
+		}
+	}
 	z := gzipWriter(bw)
 	c := NewCPIO(z)
 	for _, d := range []string{"bin", "dev", "etc", "proc", "run", "sys", "tmp", "root"} {

@@ -152,9 +152,13 @@ func run(ctx context.Context, o options) (*Matrix, error) {
 	if err := os.WriteFile(nativeScript, []byte(PlanScript(nativePlan)), 0o644); err != nil {
 		return nil, err
 	}
-	initrd := filepath.Join(tmp, "initramfs.cpio.gz")
+	initrd := filepath.Join(tmp, "initramfs.cpio")
 	if len(kernels) > 0 {
-		if err := BuildInitramfs(initrd, o.busybox, stage); err != nil {
+		stacks, err := StackPaths()
+		if err != nil {
+			return nil, err
+		}
+		if err := BuildInitramfs(initrd, o.busybox, stage, stacks); err != nil {
 			return nil, err
 		}
 	}

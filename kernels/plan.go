@@ -13,11 +13,12 @@ import (
 // tests excluded. The same plan runs in every guest and natively.
 
 // Environment the plan sets for every test binary. They equal
-// bpftest.RequireEnv and bpftest.HookOrderEnv (checked by a test; this
-// program does not import the test helpers).
+// bpftest.RequireEnv, teststack.RequireStacksEnv and bpftest.HookOrderEnv
+// (checked by a test; this program does not import the test helpers).
 const (
-	requireEnv   = "TOKENWIRE_REQUIRE_BPF"
-	hookOrderEnv = "TOKENWIRE_HOOK_ORDER"
+	requireEnv       = "TOKENWIRE_REQUIRE_BPF"
+	requireStacksEnv = "TOKENWIRE_REQUIRE_STACKS"
+	hookOrderEnv     = "TOKENWIRE_HOOK_ORDER"
 )
 
 // defaultHook names the run with the default hook order (no
@@ -53,10 +54,12 @@ const (
 	needVeth    = "needs bpftest.VethPair: `ip netns add` and a veth pair (iproute2), which busybox's ip cannot make"
 	needNetnsEx = "needs `ip netns exec` (iproute2) to start its child in a namespace, and a veth pair"
 	needSetpriv = "needs `setpriv` (util-linux) to start its child as an unprivileged user; busybox has none"
+	needGo      = "needs the Go toolchain to build the two programs it reads; it reads ELF files only, which no kernel changes"
 )
 
 // guestSkips are the tests that cannot run in a guest: busybox has no
-// iproute2 (network namespaces, veth) and no setpriv. The guests' plan
+// iproute2 (network namespaces, veth) and no setpriv, and the guests
+// carry the host's server stacks (Stacks) but no Go toolchain. The guests' plan
 // leaves them out; the native row runs them. A unit test checks this list
 // against the test sources, both ways: every entry names a test that
 // exists, and every test that calls bpftest.VethPair or exec.Command
@@ -69,6 +72,7 @@ var guestSkips = []Skip{
 	{"internal/xdp", "TestForeignProgramIsRefused", needVeth},
 	{"internal/xdp", "TestOpenCloseLeavesNothing", needVeth},
 	{"internal/xdp", "TestInterfaceDisappears", needVeth},
+	{"internal/tlsprobe", "TestGoPlanWithAndWithoutSymbols", needGo},
 	{"receiver/tokenwirereceiver", "TestStartWithoutPrivileges", needSetpriv},
 	{"receiver/tokenwirereceiver", "TestXDPFilterInThePipeline", needVeth},
 	{"receiver/tokenwirereceiver", "TestStreamProbeDownOthersRun", needVeth},

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
 func TestEnvNamesMatchBpftest(t *testing.T) {
-	if requireEnv != bpftest.RequireEnv || hookOrderEnv != bpftest.HookOrderEnv {
-		t.Errorf("plan sets %s and %s, the tests read %s and %s", requireEnv, hookOrderEnv, bpftest.RequireEnv, bpftest.HookOrderEnv)
+	if requireEnv != bpftest.RequireEnv || hookOrderEnv != bpftest.HookOrderEnv || requireStacksEnv != teststack.RequireStacksEnv {
+		t.Errorf("plan sets %s, %s and %s, the tests read %s, %s and %s", requireEnv, hookOrderEnv, requireStacksEnv,
+			bpftest.RequireEnv, bpftest.HookOrderEnv, teststack.RequireStacksEnv)
 	}
 }
 

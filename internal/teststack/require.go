@@ -3,6 +3,7 @@ package teststack
 import (
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,15 +194,21 @@ func RequireSharedLibSSL(tb testing.TB) string {
 }
 
 // SharedLibSSL returns the path of the shared libssl that curl loads, as
-// the dynamic linker resolves it (symbolic links resolved).
+// the dynamic linker resolves it (symbolic links resolved). It asks curl's
+// own loader (--list, what ldd runs), so that it needs no ldd, a bash
+// script the kernel matrix's guests lack.
 func SharedLibSSL() (string, error) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		return "", err
 	}
-	out, err := exec.Command("ldd", curl).Output()
+	interp, err := interpreter(curl)
 	if err != nil {
-		return "", fmt.Errorf("ldd %s: %w", curl, err)
+		return "", err
+	}
+	out, err := exec.Command(interp, "--list", curl).Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --list %s: %w", interp, curl, err)
 	}
 	for line := range strings.Lines(string(out)) {
 		// "\tlibssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x...)"
@@ -211,5 +218,24 @@ func SharedLibSSL() (string, error) {
 			return filepath.EvalSymlinks(path)
 		}
 	}
-	return "", fmt.Errorf("ldd %s: no libssl.so", curl)
+	return "", fmt.Errorf("%s --list %s: no libssl.so", interp, curl)
+}
+
+// interpreter returns the dynamic loader an ELF executable names.
+func interpreter(exe string) (string, error) {
+	f, err := elf.Open(exe)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, err := io.ReadAll(p.Open())
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", exe, err)
+			}
+			return strings.TrimRight(string(b), "\x00"), nil
+		}
+	}
+	return "", fmt.Errorf("%s is statically linked", exe)
 }
