@@ -209,3 +209,43 @@ func wantLookup(t *testing.T, c *Cache, pid uint32, fallback string, want Info, 
 		t.Fatalf("%s: %+v, want %+v", step, got, want)
 	}
 }
+
+// Running: a process whose /proc entry the kernel made again (a new inode
+// number, as after dropping it from its caches) is still running; one
+// that took its pid within the same tick, another executable, is not,
+// nor is any after it exited.
+func TestRunningThroughANewInode(t *testing.T) {
+	f := newFakeProc(t)
+	c := newCacheAt(f.root, 16)
+	f.start(4242, "vllm", 1000, "/usr/bin/vllm", podCgroup(idA))
+	p, ok := c.Describe(4242, "comm")
+	if !ok || !c.Running(p) {
+		t.Fatalf("Describe: %+v ok=%v, want vllm running", p, ok)
+	}
+	// The old files stay (moved aside) so that no new file reuses their
+	// inode numbers, as procfs's never do.
+	remakes := 0
+	remake := func(exe, cgroup string) {
+		remakes++
+		old := filepath.Join(f.root, "4242")
+		if err := os.Rename(old, filepath.Join(f.root, "old"+strconv.Itoa(remakes))); err != nil {
+			t.Fatal(err)
+		}
+		f.start(4242, "vllm", 1000, exe, cgroup)
+	}
+	remake("/usr/bin/vllm", podCgroup(idA))
+	if id, err := c.identify(4242); err != nil || id.ino == p.id.ino {
+		t.Fatalf("the remade entry's identity %+v (%v), want a new inode", id, err)
+	}
+	if !c.Running(p) {
+		t.Error("vllm reported gone after its /proc entry was made again")
+	}
+	remake("/usr/bin/curl", podCgroup(idB))
+	if c.Running(p) {
+		t.Error("vllm reported running while curl holds its pid")
+	}
+	f.exit(4242)
+	if c.Running(p) {
+		t.Error("vllm reported running after it exited")
+	}
+}

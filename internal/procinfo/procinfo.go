@@ -255,8 +255,19 @@ func (c *Cache) Describe(pid uint32, fallback string) (p Process, ok bool) {
 	return Process{PID: pid, Info: info, id: id}, true
 }
 
-// Running reports whether p still holds its pid.
+// Running reports whether p still holds its pid. A new inode number with
+// the same start time is either p, whose /proc entry the kernel dropped
+// from its caches and made again, or a process that took the pid within
+// the tick: the executable and container, read again, tell them apart as
+// far as anything named after p is concerned.
 func (c *Cache) Running(p Process) bool {
 	id, err := c.identify(p.PID)
-	return err == nil && id == p.id && id != identity{}
+	if err != nil || p.id == (identity{}) || id.start != p.id.start {
+		return false
+	}
+	if id.ino == p.id.ino {
+		return true
+	}
+	e, ok := c.read(p.PID, id)
+	return ok && e.info(p.Executable) == p.Info
 }

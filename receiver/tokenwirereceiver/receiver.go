@@ -55,7 +55,12 @@ type tokenwireReceiver struct {
 	// spareSpans is the span buffer emitSpans hands back to stAgg; only
 	// the emit loop and stop (after the loop ended) touch it.
 	spareSpans []streamagg.Span
-	wall       int64 // added to a kernel timestamp, gives Unix ns
+	// wall is added to a kernel timestamp to give Unix ns: wallOffset's,
+	// taken again for each batch of spans (traceData), so that a step of
+	// the wall clock (NTP's first sync after boot) moves the spans as it
+	// moves the metrics' time.
+	wall       int64
+	wallOffset func() int64
 	xdp        *xdpState
 	status     []capabilityStatus // every enabled capability, up or not
 	hostName   string
@@ -69,7 +74,7 @@ type tokenwireReceiver struct {
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, onLast func()) *tokenwireReceiver {
-	return &tokenwireReceiver{cfg: cfg, set: set, onLast: onLast}
+	return &tokenwireReceiver{cfg: cfg, set: set, onLast: onLast, wallOffset: wallOffset}
 }
 
 func (r *tokenwireReceiver) setMetrics(next consumer.Metrics) {

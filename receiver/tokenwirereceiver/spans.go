@@ -18,6 +18,7 @@ import (
 // process's resource, joining the caller's trace when the request carried
 // a traceparent.
 func (r *tokenwireReceiver) traceData(spans []streamagg.Span) ptrace.Traces {
+	r.wall = r.wallOffset()
 	td := ptrace.NewTraces()
 	byProcess := map[procinfo.Process]ptrace.SpanSlice{}
 	for i := range spans {

@@ -63,7 +63,6 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 	for i, p := range r.cfg.Streams.Pids {
 		pids[i] = uint32(p)
 	}
-	r.wall = wallOffset()
 	agg, err := streamagg.New(streamagg.Config{
 		MaxOpen:           r.cfg.Streams.MaxSockets,
 		MaxPaths:          r.cfg.Streams.MaxPaths,

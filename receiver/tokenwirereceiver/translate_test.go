@@ -37,6 +37,7 @@ func translator(t *testing.T) *tokenwireReceiver {
 	t.Helper()
 	cfg := createDefaultConfig()
 	r := newReceiver(receivertest.NewNopSettings(metadata.Type), cfg, func() {})
+	r.wallOffset = func() int64 { return 0 } // span times as the kernel's
 	r.startTime = pcommon.Timestamp(1e9)
 	r.mb = metadata.NewMetricsBuilder(cfg.MetricsBuilderConfig, r.set, metadata.WithStartTime(r.startTime))
 	rb := r.mb.NewResourceBuilder()
@@ -182,5 +183,29 @@ func TestSpansWithoutClientAddress(t *testing.T) {
 			require.Equal(t, on, ok, "%s with client_address %v", key, on)
 		}
 		require.EqualValues(t, streamaggtest.Server.Port(), a.AsRaw()["server.port"])
+	}
+}
+
+// Span times follow the wall clock as it is when the spans are sent: a
+// stream that ends after the clock stepped (NTP's first sync after boot)
+// is stamped on the new clock, not on the one the receiver started with.
+func TestSpansFollowAWallClockStep(t *testing.T) {
+	r := translator(t)
+	var offset int64
+	r.wallOffset = func() int64 { return offset }
+	startOf := func() int64 {
+		s := streamaggtest.Stream{PID: goldenPID, Request: "GET /x HTTP/1.1\r\n\r\n",
+			Head: streamaggtest.SSEHead, HeadBytes: uint32(len(streamaggtest.SSEHead)), HeadAt: 1, ChunkAt: []uint64{5}, ChunkBytes: 3}
+		recs := s.Records(streamagg.IntervalBounds)
+		for i := range recs {
+			r.stAgg.Add(&recs[i])
+		}
+		sp := r.traceData(r.stAgg.TakeSpans(nil)).ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0)
+		return int64(sp.StartTimestamp())
+	}
+	before := startOf()
+	offset = int64(time.Hour)
+	if after := startOf(); after-before != int64(time.Hour) {
+		t.Fatalf("after a one-hour step the same stream starts %v later, want 1h", time.Duration(after-before))
 	}
 }
