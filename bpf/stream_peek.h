@@ -388,17 +388,38 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 	return body_flags_user(sk, st, ret);
 }
 
+/* head_ends says whether a chunked response ends in the write of its
+ * head (head, its head_flags) of n bytes at buf, from its last 16 bytes:
+ * Go's net/http writes a body that outgrew its 2 KiB buffer unflushed
+ * with the head and the terminator, in one write when they fit its 4 KiB.
+ * It returns the flags to add. */
+static __always_inline __u8 head_ends(__u8 head, const char *buf, __u64 n)
+{
+	char t[16];
+	if ((head & (TW_RESP_CHUNKED | TW_RESP_INTERIM)) != TW_RESP_CHUNKED || n < 16 ||
+	    bpf_probe_read_user(t, sizeof(t), buf + n - 16) || !ends_chunked(t))
+		return 0;
+	return WRITE_TERMINATOR | WRITE_DATA;
+}
+
 /* head_sent classifies a write made while no response is under way (or
  * a client's read; peek_sent) by its head, read from the syscall's first
  * buffer: a response's head is sent to user space, an interim head or a
- * write that is no head is not. */
+ * write that is no head is not; a chunked response that the buffer
+ * carried whole ends there (head_ends; a gathered write is not looked at
+ * further, which keeps this, checked once per caller's state, cheap to
+ * verify). */
 static __noinline __u8 head_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	struct user_io io;
 	if (syscall_io(&io))
 		return 0;
 	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
-	return WRITE_PEEKED | (peek_response(sk, st, io.iov[0].iov_base, len, ret) << WRITE_HEAD_SHIFT);
+	__u8 head = peek_response(sk, st, io.iov[0].iov_base, len, ret);
+	__u8 flags = WRITE_PEEKED | (head << WRITE_HEAD_SHIFT);
+	if (len == (__u64)ret)
+		flags |= head_ends(head, io.iov[0].iov_base, len);
+	return flags;
 }
 
 /* peek_sent looks at what a finished write carried, from the writer's own
@@ -417,8 +438,10 @@ static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state
  * that a TLS library was handed (stream_tls.h): one buffer, like write(). */
 static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_state *st, const char *buf, __u64 n)
 {
-	if (st->state != TW_ST_RESPONSE)
-		return WRITE_PEEKED | (peek_response(sk, st, buf, n, n) << WRITE_HEAD_SHIFT);
+	if (st->state != TW_ST_RESPONSE) {
+		__u8 head = peek_response(sk, st, buf, n, n);
+		return WRITE_PEEKED | (head << WRITE_HEAD_SHIFT) | head_ends(head, buf, n);
+	}
 	if (n <= 32) {
 		struct user_io io = {.nr = 1};
 		io.iov[0].iov_base = (void *)buf;

@@ -39,14 +39,18 @@ static __always_inline void account_write(const struct sock *sk, struct stream_s
 {
 	if ((flags >> WRITE_HEAD_SHIFT) & TW_RESP_INTERIM)
 		return; /* 100 Continue, 103 Early Hints: the response is yet to come */
-	if (st->state != TW_ST_RESPONSE && !response_begins(st, flags, ret, now))
+	if (st->state == TW_ST_RESPONSE || response_begins(st, flags, ret, now)) {
+		/* A terminator ends the response; the write carried its last
+		 * chunk too when it has data before it. */
+		if (!(flags & WRITE_TERMINATOR) || (flags & WRITE_DATA))
+			chunk(sk, st, ret, now);
+		else
+			st->bytes += ret;
+	} else if (!(flags & WRITE_TERMINATOR)) {
 		return;
-	/* A terminator ends the response; the write carried its last chunk
-	 * too when it has data before it. */
-	if (!(flags & WRITE_TERMINATOR) || (flags & WRITE_DATA))
-		chunk(sk, st, ret, now);
-	else
-		st->bytes += ret;
+	}
+	/* Here too for a head write that ended its response (head_sent): its
+	 * body bytes are credited in user space from head_bytes. */
 	if (flags & WRITE_TERMINATOR) {
 		end_stream(sk, st, TW_END_TERMINATOR, now);
 		if (st->pending_req_ts)

@@ -2,10 +2,12 @@ package stream
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -272,5 +274,68 @@ func TestDoneEventInAChunkedBody(t *testing.T) {
 	ends := requireCompleted(t, rec.ends(t, 1), 1)
 	if e := ends[0]; e.Stats.Chunks != 4 || e.Reason != EndTerminator {
 		t.Fatalf("%d chunks, end %v; want 4 chunks ended by the [DONE] event", e.Stats.Chunks, e.Reason)
+	}
+}
+
+// TestChunkedResponseInOneWriteEnds: a non-streamed answer that Go's
+// net/http sends chunked (over 2 KiB, the handler never flushes) and
+// whole in one write (under its 4 KiB buffer: head, body and terminator)
+// ends at that write, so the next request on the keep-alive connection is
+// a stream of its own: over plaintext, and over Go's crypto/tls, whose
+// Write the uprobes read.
+func TestChunkedResponseInOneWriteEnds(t *testing.T) {
+	bpftest.Require(t)
+	body := []byte(`{"id":"cmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("token ", 500) + `"},"finish_reason":"stop"}]}`)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	for _, tls := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tls=%v", tls), func(t *testing.T) {
+			var (
+				url    string
+				client *http.Client
+				rec    *recorder
+			)
+			if tls {
+				cert := teststack.MakeTLSCert(t)
+				srv := teststack.ServeHTTPS(t, cert, h)
+				cfg := tlsTestConfig(t, true)
+				cfg.Ports = []uint16{uint16(srv.Port)}
+				var tr *Tracer
+				tr, rec = traceTLSWith(t, cfg)
+				waitProbed(t, tr, os.Getpid())
+				url, client = srv.URL, cert.HTTPClient(true)
+			} else {
+				addr, port := serve(t, h)
+				_, rec = trace(t, port)
+				url, client = "http://"+addr, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			}
+			const calls = 3
+			for range calls {
+				resp, err := client.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || !bytes.Equal(got, body) || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+					t.Fatalf("response %d bytes, transfer encoding %v, %v: want the %d-byte body, chunked", len(got), resp.TransferEncoding, err, len(body))
+				}
+			}
+			ends := requireCompleted(t, rec.ends(t, calls), calls)
+			seqs := map[uint32]bool{}
+			for _, e := range ends {
+				seqs[e.ID.Seq] = true
+				if e.Reason != EndTerminator {
+					t.Errorf("stream %+v: ended by %v, want the terminator", e.ID, e.Reason)
+				}
+			}
+			if len(seqs) != calls {
+				t.Errorf("%d streams, want %d: %v", len(seqs), calls, ends)
+			}
+		})
 	}
 }
