@@ -46,10 +46,10 @@ static __always_inline void account_write(const struct sock *sk, struct stream_s
 			chunk(sk, st, ret, now);
 		else
 			st->bytes += ret;
-	} else if (!(flags & WRITE_TERMINATOR)) {
+	} else if (!(flags & WRITE_TERMINATOR) || st->state != TW_ST_RESPONSE) {
 		return;
 	}
-	/* Here too for a head write that ended its response (head_sent): its
+	/* Here too for a head write that ended its response (head_ends): its
 	 * body bytes are credited in user space from head_bytes. */
 	if (flags & WRITE_TERMINATOR) {
 		end_stream(sk, st, TW_END_TERMINATOR, now);

@@ -5,17 +5,19 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // CPIO writes an initramfs: a newc ("070701") cpio archive, the format the
 // kernel unpacks (Documentation/driver-api/early-userspace/buffer-format.rst).
 // Written here rather than with cpio(1) so that CI needs one package less
 // and the archive does not depend on the build machine's file owners and
-// times: every entry is root's, with mtime 0.
+// times: every entry is root's, with mtime 0 but FileAt's.
 type CPIO struct {
-	w   io.Writer
-	ino uint32
-	err error
+	w     io.Writer
+	ino   uint32
+	mtime uint32 // of the next entry; 0 for all but FileAt's
+	err   error
 }
 
 // Mode bits of newc entries (from stat(2)).
@@ -34,6 +36,14 @@ func (c *CPIO) Dir(name string, perm uint32) { c.entry(name, modeDir|perm, 0, 0,
 
 // File adds a regular file.
 func (c *CPIO) File(name string, perm uint32, data []byte) { c.entry(name, modeFile|perm, 0, 0, data) }
+
+// FileAt adds a regular file modified at mtime (second resolution), for
+// files whose readers check it.
+func (c *CPIO) FileAt(name string, perm uint32, mtime time.Time, data []byte) {
+	c.mtime = uint32(mtime.Unix())
+	c.entry(name, modeFile|perm, 0, 0, data)
+	c.mtime = 0
+}
 
 // Symlink adds a symbolic link to target.
 func (c *CPIO) Symlink(name, target string) { c.entry(name, modeSymlink|0o777, 0, 0, []byte(target)) }
@@ -61,7 +71,7 @@ func (c *CPIO) entry(name string, mode, rmajor, rminor uint32, data []byte) {
 	}
 	// ino mode uid gid nlink mtime filesize devmajor devminor rdevmajor rdevminor namesize check
 	hdr := fmt.Sprintf("070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x",
-		c.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rmajor, rminor, len(name)+1, 0)
+		c.ino, mode, 0, 0, nlink, c.mtime, len(data), 0, 0, rmajor, rminor, len(name)+1, 0)
 	c.write([]byte(hdr))
 	c.write([]byte(name + "\x00"))
 	c.pad(len(hdr) + len(name) + 1)

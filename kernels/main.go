@@ -63,9 +63,9 @@ func main() {
 	// TestTablesMatchReference's BPF_PROG_TEST_RUN lookups, about 8 ms
 	// each on 5.10), and over 5 min where emulation is slower (seen here).
 	flag.DurationVar(&o.testTimeout, "test-timeout", 10*time.Minute, "per top-level test (Go's -test.timeout; killed 30 s later)")
-	// The plan takes a guest 22-33 min with three at once on 2 cores in a
-	// clean CI run, and over 35 on a slow hour of this shared machine
-	// (debian13 was still in its xdp run at 33 min). A timeout is a failed
+	// The plan takes a guest 20-22 min with three at once on 2 cores in a
+	// clean CI run (the Python and Node TLS tests included), and has taken
+	// over 35 on a slow hour of this shared machine. A timeout is a failed
 	// cell, so the bound leaves room: 45 min keeps the matrix within 46
 	// and .ci/run within about 55 on such an hour, under 45 on most.
 	flag.DurationVar(&o.guestTimeout, "guest-timeout", 45*time.Minute, "per guest, boot to poweroff (and for the native row)")

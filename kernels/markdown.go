@@ -25,8 +25,8 @@ func (m *Matrix) Markdown() string {
 	} else {
 		fmt.Fprintf(&b, "**%d of %d cells failed.**\n\n", m.Failed, m.Cells)
 	}
-	b.WriteString("Each cell is one run of a package's test binary (`go test -c`, static) with `TOKENWIRE_REQUIRE_BPF=1`: " +
-		"pass or **FAIL**, then passed/failed/skipped top-level tests. `default` runs the default hook order; " +
+	b.WriteString("Each cell is one run of a package's test binary (`go test -c`, static) with `TOKENWIRE_REQUIRE_BPF=1` " +
+		"and `TOKENWIRE_REQUIRE_STACKS=1`: pass or **FAIL**, then passed/failed/skipped top-level tests. `default` runs the default hook order; " +
 		"a hook type column sets `TOKENWIRE_HOOK_ORDER=<type>`: that type first, the default order as fallback " +
 		"(see the attached-hooks tables for what really attached). `= default`: forcing this type gives the default order itself, " +
 		"so the default run stands for it (it is not run twice). `-`: not in the plan.\n\n")

@@ -21,7 +21,7 @@ import (
 // with the libraries they load (OpenSSL's libssl among them, which the
 // TLS uprobes attach to), so that a guest runs the same servers over TLS
 // as the native row does. `make deps` installs them.
-var stackPrograms = []string{"/usr/bin/python3", "/usr/bin/node", "/usr/bin/curl", "/etc/ssl/openssl.cnf"}
+var stackPrograms = []string{"/usr/bin/python3", "/usr/bin/node", "/usr/bin/curl", "/usr/lib/ssl/openssl.cnf"}
 
 // pythonLeftOut are parts of Python's standard library that no test
 // server imports: static libraries, the test suite, GUI and packaging
@@ -90,13 +90,22 @@ var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
 var baseNames = []string{"bin", "dev", "etc", "proc", "run", "sys", "tmp", "root", "init", strings.TrimPrefix(guestRoot, "/")}
 
 // userland collects host files for the initramfs: each at its host path,
-// with the directories above it, the symlinks on the way to it, and the
-// shared libraries and interpreter of each ELF file among them.
+// with the directories above it, the top-level symlinks on the way to it
+// (Debian's /lib -> usr/lib, which the loader's paths name; deeper ones
+// are resolved), and the shared libraries and interpreter of each ELF
+// file among them. Files keep their modification times: Python checks
+// its cached bytecode against its sources' and would compile every
+// module again, under emulation, were they all 0.
 type userland struct {
 	c     *CPIO
-	added map[string]bool
+	done  map[string]bool // paths added whole: files, links, directories walked
+	dirs  map[string]bool // directories made, walked or not
 	bytes int64
 }
+
+// maxLinks bounds the symlinks followed for one path, as the kernel's
+// ELOOP does.
+const maxLinks = 40
 
 // WriteUserland writes a newc archive of roots (files or directories,
 // taken whole) and everything they need to run to w, uncompressed: the
@@ -104,34 +113,38 @@ type userland struct {
 // not, in turn, and this one, mostly binaries, hardly compresses. It
 // returns the bytes of file data written.
 func WriteUserland(w io.Writer, roots []string) (int64, error) {
-	u := &userland{c: NewCPIO(w), added: map[string]bool{}}
+	u := &userland{c: NewCPIO(w), done: map[string]bool{}, dirs: map[string]bool{}}
 	for _, r := range roots {
-		if err := u.add(r); err != nil {
+		if err := u.add(r, 0); err != nil {
 			return 0, fmt.Errorf("%s: %w (make deps installs the stacks the guests' tests run)", r, err)
 		}
 	}
 	return u.bytes, u.c.Close()
 }
 
-// add adds host path p (following symlinks, which it adds as symlinks).
-func (u *userland) add(p string) error {
+// add adds host path p (following symlinks, which it adds as symlinks);
+// links counts the symlinks followed to reach it.
+func (u *userland) add(p string, links int) error {
+	if links > maxLinks {
+		return fmt.Errorf("%s: too many levels of symbolic links", p)
+	}
 	p = filepath.Clean(p)
-	if u.added[p] || p == "/" {
+	if p == "/" {
 		return nil
 	}
-	dir, err := u.dir(filepath.Dir(p))
+	dir, err := u.dir(filepath.Dir(p), links)
 	if err != nil {
 		return err
 	}
 	p = filepath.Join(dir, filepath.Base(p))
-	if u.added[p] {
+	if u.done[p] {
 		return nil
 	}
 	info, err := os.Lstat(p)
 	if err != nil {
 		return err
 	}
-	u.added[p] = true
+	u.done[p] = true
 	switch {
 	case info.Mode()&fs.ModeSymlink != 0:
 		target, err := os.Readlink(p)
@@ -142,15 +155,15 @@ func (u *userland) add(p string) error {
 		if !path.IsAbs(target) {
 			target = filepath.Join(dir, target)
 		}
-		return u.add(target)
+		return u.add(target, links+1)
 	case info.IsDir():
-		u.c.Dir(p, uint32(info.Mode().Perm()))
+		u.mkdir(p, info)
 		entries, err := os.ReadDir(p)
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
-			if err := u.add(filepath.Join(p, e.Name())); err != nil {
+			if err := u.add(filepath.Join(p, e.Name()), links); err != nil {
 				return err
 			}
 		}
@@ -160,21 +173,32 @@ func (u *userland) add(p string) error {
 		if err != nil {
 			return err
 		}
-		u.c.File(p, uint32(info.Mode().Perm()), data)
+		u.c.FileAt(p, uint32(info.Mode().Perm()), info.ModTime(), data)
 		u.bytes += int64(len(data))
 		return u.addNeeds(p)
 	}
 	return nil // sockets, fifos, devices: not needed to run anything
 }
 
+// mkdir adds directory d once.
+func (u *userland) mkdir(d string, info fs.FileInfo) {
+	if !u.dirs[d] {
+		u.dirs[d] = true
+		u.c.Dir(d, uint32(info.Mode().Perm()))
+	}
+}
+
 // dir returns d with the symlinks in it resolved, adding the directories
-// on the way and, at the top level, the symlinks (/lib -> usr/lib) that
-// the loader's paths and ELF interpreters name.
-func (u *userland) dir(d string) (string, error) {
+// on the way and, at the top level, the symlinks themselves (but over
+// none of baseNames).
+func (u *userland) dir(d string, links int) (string, error) {
 	if d == "/" {
 		return d, nil
 	}
-	parent, err := u.dir(filepath.Dir(d))
+	if links > maxLinks {
+		return "", fmt.Errorf("%s: too many levels of symbolic links", d)
+	}
+	parent, err := u.dir(filepath.Dir(d), links)
 	if err != nil {
 		return "", err
 	}
@@ -183,26 +207,22 @@ func (u *userland) dir(d string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if info.Mode()&fs.ModeSymlink != 0 {
-		target, err := os.Readlink(d)
-		if err != nil {
-			return "", err
-		}
-		if !path.IsAbs(target) {
-			target = filepath.Join(parent, target)
-		}
-		if parent == "/" && !slices.Contains(baseNames, filepath.Base(d)) && !u.added[d] {
-			u.added[d] = true
-			l, _ := os.Readlink(d)
-			u.c.Symlink(d, l)
-		}
-		return u.dir(target)
+	if info.Mode()&fs.ModeSymlink == 0 {
+		u.mkdir(d, info)
+		return d, nil
 	}
-	if !u.added[d] {
-		u.added[d] = true
-		u.c.Dir(d, uint32(info.Mode().Perm()))
+	target, err := os.Readlink(d)
+	if err != nil {
+		return "", err
 	}
-	return d, nil
+	if parent == "/" && !slices.Contains(baseNames, filepath.Base(d)) && !u.done[d] {
+		u.done[d] = true
+		u.c.Symlink(d, target)
+	}
+	if !path.IsAbs(target) {
+		target = filepath.Join(parent, target)
+	}
+	return u.dir(target, links+1)
 }
 
 // addNeeds adds the interpreter and the shared libraries an ELF file
@@ -221,7 +241,7 @@ func (u *userland) addNeeds(p string) error {
 		if err != nil {
 			return err
 		}
-		if err := u.add(strings.TrimRight(string(interp), "\x00")); err != nil {
+		if err := u.add(strings.TrimRight(string(interp), "\x00"), 0); err != nil {
 			return fmt.Errorf("%s's interpreter: %w", p, err)
 		}
 	}
@@ -249,7 +269,7 @@ func (u *userland) addNeeds(p string) error {
 		if found == "" {
 			return fmt.Errorf("%s needs %s, found in none of %v", p, lib, append(runpath, libraryDirs...))
 		}
-		if err := u.add(found); err != nil {
+		if err := u.add(found, 0); err != nil {
 			return err
 		}
 	}

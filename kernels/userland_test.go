@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,14 @@ func TestUserlandCarriesWhatAProgramLoads(t *testing.T) {
 		if e, ok := walk(byName, want); !ok || e.Mode&0o170000 != modeFile || len(e.Data) == 0 {
 			t.Errorf("%s: not in the archive as a file", want)
 		}
+	}
+	// Files keep their times (Python checks its bytecode against them).
+	info, err := os.Stat(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := byName[strings.TrimPrefix(prog, "/")]; int64(e.Mtime_) != info.ModTime().Unix() {
+		t.Errorf("%s: mtime %d in the archive, %d on the host", prog, e.Mtime_, info.ModTime().Unix())
 	}
 }
 

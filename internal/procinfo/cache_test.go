@@ -212,8 +212,8 @@ func wantLookup(t *testing.T, c *Cache, pid uint32, fallback string, want Info, 
 
 // Running: a process whose /proc entry the kernel made again (a new inode
 // number, as after dropping it from its caches) is still running; one
-// that took its pid within the same tick, another executable, is not,
-// nor is any after it exited.
+// that took its pid within the same tick, with another executable or in
+// another container, is not, nor is any after it exited.
 func TestRunningThroughANewInode(t *testing.T) {
 	f := newFakeProc(t)
 	c := newCacheAt(f.root, 16)
@@ -240,9 +240,17 @@ func TestRunningThroughANewInode(t *testing.T) {
 	if !c.Running(p) {
 		t.Error("vllm reported gone after its /proc entry was made again")
 	}
-	remake("/usr/bin/curl", podCgroup(idB))
+	remake("/usr/bin/curl", podCgroup(idA))
 	if c.Running(p) {
 		t.Error("vllm reported running while curl holds its pid")
+	}
+	remake("/usr/bin/vllm", podCgroup(idB))
+	if c.Running(p) {
+		t.Error("vllm reported running while a vllm of another container holds its pid")
+	}
+	remake("/usr/bin/vllm", podCgroup(idA))
+	if !c.Running(p) {
+		t.Error("vllm reported gone after its /proc entry was made again a second time")
 	}
 	f.exit(4242)
 	if c.Running(p) {

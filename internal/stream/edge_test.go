@@ -326,15 +326,19 @@ func TestChunkedResponseInOneWriteEnds(t *testing.T) {
 				}
 			}
 			ends := requireCompleted(t, rec.ends(t, calls), calls)
-			seqs := map[uint32]bool{}
+			socks, seqs := map[uint64]bool{}, map[uint32]bool{}
+			// The head write carried it all: no chunk after it, and the
+			// body, its chunk framing and the terminator in its bytes.
+			minHead := uint32(len(body) + len(fmt.Sprintf("%x\r\n\r\n0\r\n\r\n", len(body))) + len("HTTP/1.1 200 OK\r\n\r\n"))
 			for _, e := range ends {
-				seqs[e.ID.Seq] = true
-				if e.Reason != EndTerminator {
-					t.Errorf("stream %+v: ended by %v, want the terminator", e.ID, e.Reason)
+				socks[e.ID.Sock], seqs[e.ID.Seq] = true, true
+				if e.Reason != EndTerminator || e.Stats.Chunks != 0 || e.Stats.HeadBytes < minHead || e.Stats.HeadBytes > minHead+512 {
+					t.Errorf("stream %+v: ended by %v, %d chunks, %d bytes in its head write; want the terminator, 0, %d to %d",
+						e.ID, e.Reason, e.Stats.Chunks, e.Stats.HeadBytes, minHead, minHead+512)
 				}
 			}
-			if len(seqs) != calls {
-				t.Errorf("%d streams, want %d: %v", len(seqs), calls, ends)
+			if len(socks) != 1 || len(seqs) != calls {
+				t.Errorf("%d sockets, %d streams; want one keep-alive connection carrying %d: %v", len(socks), len(seqs), calls, ends)
 			}
 		})
 	}

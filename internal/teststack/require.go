@@ -13,9 +13,9 @@ import (
 )
 
 // RequireStacksEnv names the environment variable that turns "server
-// stack unavailable" skips into failures; `make test` sets it, and `make
-// deps` installs the stacks. It is not TOKENWIRE_REQUIRE_BPF: the kernel
-// matrix sets that one in guests that have no Python or Node.
+// stack unavailable" skips into failures; `make test` and the kernel
+// matrix's plan (natively and in the guests, which carry the host's
+// stacks) set it, and `make deps` installs the stacks.
 const RequireStacksEnv = "TOKENWIRE_REQUIRE_STACKS"
 
 // PythonEnv and NodeEnv name the interpreters to use instead of the
@@ -195,8 +195,8 @@ func RequireSharedLibSSL(tb testing.TB) string {
 
 // SharedLibSSL returns the path of the shared libssl that curl loads, as
 // the dynamic linker resolves it (symbolic links resolved). It asks curl's
-// own loader (--list, what ldd runs), so that it needs no ldd, a bash
-// script the kernel matrix's guests lack.
+// own loader to list what it loads (--list, as ldd would), so that it
+// needs no ldd, a bash script the kernel matrix's guests lack.
 func SharedLibSSL() (string, error) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {
