@@ -103,10 +103,14 @@ type Aggregator struct {
 	mu   sync.Mutex
 	open map[stream.ID]*openStream
 	// ended are the streams ended here (idle) or dropped for room while
-	// the kernel may still write about them.
-	ended  map[stream.ID]bool
-	series map[SeriesKey]*Series
-	routes *router
+	// the kernel may still write about them; endedOrder the last
+	// maxEnded of them in the order they were marked, the oldest at
+	// endedNext once it is full.
+	ended      map[stream.ID]bool
+	endedOrder []stream.ID
+	endedNext  int
+	series     map[SeriesKey]*Series
+	routes     *router
 	// routes', models' (request and response) and error types' values, and
 	// thread names: looked up with m[string(b)], which does not allocate,
 	// they turn captured bytes into strings that are allocated once.
@@ -363,10 +367,17 @@ func (a *Aggregator) evict() {
 }
 
 // markEnded remembers a stream reported or dropped before its END, so
-// that its later records are not counted (Add); bounded by maxEnded.
+// that its later records are not counted (Add). Past maxEnded, the one
+// marked longest ago is forgotten (if its END has not come yet): under a
+// flood of evictions the streams dropped last, whose records are the
+// likeliest still to come, are the ones kept.
 func (a *Aggregator) markEnded(id stream.ID) {
-	if len(a.ended) >= maxEnded {
-		clear(a.ended)
+	if len(a.endedOrder) < maxEnded {
+		a.endedOrder = append(a.endedOrder, id)
+	} else {
+		delete(a.ended, a.endedOrder[a.endedNext])
+		a.endedOrder[a.endedNext] = id
+		a.endedNext = (a.endedNext + 1) % maxEnded
 	}
 	a.ended[id] = true
 }

@@ -195,6 +195,28 @@ func TestEvictedStreamIsNotCountedTwice(t *testing.T) {
 	require.Equal(t, 1, h.a.OpenCount(), "the third stream's alone")
 }
 
+// Past maxEnded dropped streams, the ones dropped last are still
+// remembered: a late END of one of them is not counted as a stream of its
+// own, and the memory of them stays bounded.
+func TestDroppedStreamsRememberedPastTheBound(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxOpen = 1 // every new stream drops the one before
+	h := newHarness(cfg)
+	const n = maxEnded + 2
+	for sock := uint64(1); sock <= n; sock++ {
+		h.a.Add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: sock, Seq: 1}, PID: h.pid,
+			Data: []byte("GET /x HTTP/1.1\r\n\r\n")})
+	}
+	require.Len(t, h.a.ended, maxEnded, "streams 2 to n-1 remembered, the first forgotten")
+	// The END of a stream dropped just before the last one.
+	end := stream.Record{Kind: stream.KindEnd, ID: stream.ID{Sock: n - 1, Seq: 1}, Reason: stream.EndTerminator,
+		Stats: stream.Stats{RequestTS: 1, HeadersTS: 2, FirstChunkTS: 3, LastChunkTS: 9, EndTS: 9, Chunks: 5, Bytes: 50, PID: h.pid}}
+	h.a.Add(&end)
+	require.Zero(t, h.total(), "a dropped stream's END is counted")
+	require.Empty(t, h.a.Snapshot())
+	require.Len(t, h.a.ended, maxEnded-1, "its END ends its memory")
+}
+
 // Reused entries start clean: a stream after an evicted or ended one on
 // the same entry keeps nothing of it.
 func TestReusedStreamEntriesStartClean(t *testing.T) {
