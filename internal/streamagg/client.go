@@ -146,9 +146,9 @@ func (a *Aggregator) classifyClient(o *openStream, st *stream.Stats, key *Series
 	case len(host) > 0:
 		key.ServerAddress = a.hosts.get(host, now)
 	case sni != "":
-		key.ServerAddress = a.hosts.getString(sni)
+		key.ServerAddress = a.hosts.getString(sni, now)
 	case st.Remote.IsValid():
-		key.ServerAddress = a.hosts.getString(st.Remote.Addr().Unmap().String())
+		key.ServerAddress = a.hosts.getString(st.Remote.Addr().Unmap().String(), now)
 	}
 	return true
 }

@@ -2,6 +2,7 @@ package streamagg
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/internal/httpsniff"
@@ -67,7 +68,7 @@ func (a *Aggregator) provider(port uint16, f genai.Format) string {
 // values beyond maxErrorTypes are _OTHER.
 func (a *Aggregator) errorType(o *openStream) string {
 	if e := o.gen.ErrorType(); e != "" {
-		return a.errTypes.getString(e)
+		return a.errTypes.getString(e, time.Since(a.base))
 	}
 	if !o.headOK || o.head.Status < 400 {
 		return ""

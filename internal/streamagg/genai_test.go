@@ -221,7 +221,7 @@ func TestResponseModelFixedAtFirstChunk(t *testing.T) {
 func TestErrorTypesAreCapped(t *testing.T) {
 	a := mustNew(testConfig())
 	for i := range maxErrorTypes + 5 {
-		got := a.errTypes.getString(fmt.Sprintf("e%d", i))
+		got := a.errTypes.getString(fmt.Sprintf("e%d", i), 0)
 		if i < maxErrorTypes {
 			require.Equal(t, fmt.Sprintf("e%d", i), got)
 		} else {

@@ -132,6 +132,18 @@ func TestJunkValuesGiveTheirPlacesUp(t *testing.T) {
 	require.EqualValues(t, 2, h.series(t, "/real", "").Chunks, "a junk value's place was taken")
 }
 
+// Server addresses that came as strings (a ClientHello's server name, the
+// peer's address) give their places up as the Host headers' do: one not
+// seen for the expiry makes room, and one in use keeps its place.
+func TestServerNamesGiveTheirPlacesUp(t *testing.T) {
+	v := newValues(1, time.Minute)
+	require.Equal(t, "a.example", v.getString("a.example", 0))
+	require.Equal(t, OtherValue, v.getString("b.example", 30*time.Second), "no place yet")
+	require.Equal(t, "a.example", v.getString("a.example", 50*time.Second))
+	require.Equal(t, OtherValue, v.getString("b.example", 100*time.Second), "a.example was seen 50 s ago")
+	require.Equal(t, "b.example", v.getString("b.example", 111*time.Second), "a.example's place, unseen for a minute")
+}
+
 // Totals that go back (the kernel's state for the socket started over)
 // are counted afresh, never as a huge unsigned jump.
 func TestTotalsGoingBackStartOver(t *testing.T) {

@@ -39,14 +39,15 @@ func (v *values) get(b []byte, now time.Duration) string {
 }
 
 // getString is get for a value that is a string already (kept as it is).
-func (v *values) getString(s string) string {
+func (v *values) getString(s string, now time.Duration) string {
 	if sl, ok := v.slots[s]; ok {
+		sl.last = now
 		return sl.s
 	}
-	if len(v.slots) >= v.limit {
+	if len(v.slots) >= v.limit && !v.free(now) {
 		return v.other
 	}
-	v.slots[s] = &valueSlot{s: s}
+	v.slots[s] = &valueSlot{s: s, last: now}
 	return s
 }
 
