@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,10 +102,20 @@ func checkStatic(path string) error {
 		return fmt.Errorf("%s: %w (install busybox-static)", path, err)
 	}
 	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked: the guests need busybox-static's /bin/busybox", path)
-		}
+	if interp, err := interpreter(f); err != nil || interp != "" {
+		return fmt.Errorf("%s is dynamically linked (%v): the guests need busybox-static's /bin/busybox", path, err)
 	}
 	return nil
+}
+
+// interpreter returns the dynamic loader f names ("" for a static
+// executable or a library).
+func interpreter(f *elf.File) (string, error) {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, err := io.ReadAll(p.Open())
+			return strings.TrimRight(string(b), "\x00"), err
+		}
+	}
+	return "", nil
 }

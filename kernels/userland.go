@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -233,15 +232,12 @@ func (u *userland) addNeeds(p string) error {
 		return nil // not ELF
 	}
 	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type != elf.PT_INTERP {
-			continue
-		}
-		interp, err := io.ReadAll(bufio.NewReader(prog.Open()))
-		if err != nil {
-			return err
-		}
-		if err := u.add(strings.TrimRight(string(interp), "\x00"), 0); err != nil {
+	interp, err := interpreter(f)
+	if err != nil {
+		return fmt.Errorf("%s's interpreter: %w", p, err)
+	}
+	if interp != "" {
+		if err := u.add(interp, 0); err != nil {
 			return fmt.Errorf("%s's interpreter: %w", p, err)
 		}
 	}
