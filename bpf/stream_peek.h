@@ -23,14 +23,20 @@ static __always_inline int is_hex(char c)
 /* is_done_event matches "data: [DONE]" written on its own, the end of an
  * OpenAI-style SSE stream: bare, or framed as one chunk of a chunked body
  * ("e\r\ndata: [DONE]\n\n\r\n", as Go's net/http and uvicorn send it).
- * b holds the whole write, len bytes of it. */
-static __always_inline int is_done_event(const char b[32], __u64 len)
+ * b holds the write's last len bytes: all of it, or all but its first cut
+ * (1 to 4: the size's digits, in a buffer of their own as Node's http
+ * module writes them, so b starts at the size line's CRLF). */
+static __always_inline int is_done_event(const char b[32], __u64 len, __u64 cut)
 {
-	if (len < 12 || len > 32)
+	if (len < 12 || len > 32 || cut > 4)
 		return 0;
 	__u32 off = 0;
 	/* An optional chunk-size line: up to 4 hex digits and CRLF. */
-	if (is_hex(b[0])) {
+	if (cut) {
+		if (b[0] != '\r' || b[1] != '\n')
+			return 0;
+		off = 2;
+	} else if (is_hex(b[0])) {
 		if (b[1] == '\r' && b[2] == '\n')
 			off = 3;
 		else if (is_hex(b[1]) && b[2] == '\r' && b[3] == '\n')
@@ -192,25 +198,27 @@ static __always_inline const char *last_iov(const struct user_io *io, __u64 ret,
 }
 
 /* sent_flags classifies a finished write of ret bytes by its last bytes,
- * read from the syscall's buffers: the chunked terminator (alone, or after
- * the last chunk's CRLF), a terminating chunk with trailers, or an SSE
- * "[DONE]" event written on its own (the whole write is short then). */
-static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret)
+ * read from the syscall's buffers (io, holding all but the first cut of
+ * them: io_window): the chunked terminator (alone, or after the last
+ * chunk's CRLF), a terminating chunk with trailers, or an SSE "[DONE]"
+ * event written on its own (the whole write is short then). */
+static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u64 cut)
 {
 	/* The buffer holding the write's last byte, and how much of it went. */
 	const char *base, *prev;
-	__u64 used, prev_len;
-	base = last_iov(io, ret, &used, &prev, &prev_len);
+	__u64 used, prev_len, left = ret - cut;
+	base = last_iov(io, left, &used, &prev, &prev_len);
 	if (!base || used == 0)
 		return WRITE_PEEKED;
-	/* b[0, n) is the end of the write: all of it when whole. */
+	/* b[0, n) is the end of the write: all that io holds of it when
+	 * short. */
 	char b[32] = {};
 	__u32 n;
 	int whole = ret <= 32;
-	if (whole && used < ret) {
-		if (gather_short(io, ret, b))
+	if (whole && used < left) {
+		if (gather_short(io, left, b))
 			return WRITE_PEEKED;
-		n = ret;
+		n = left;
 	} else {
 		n = used < 32 ? used : 32;
 		/* The compiler would drop a bound it can prove: hide n from it,
@@ -229,15 +237,15 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret)
 	    (n == 5 || (n >= 7 && b[(n - 7) & 31] == '\r' && b[(n - 6) & 31] == '\n'))) {
 		/* Body data before it is a last chunk, unless it is the [DONE]
 		 * event, which ends a stream without being one of its chunks. */
-		if (ret <= 7 || (whole && is_done_event(b, n)))
+		if (ret <= 7 || (whole && is_done_event(b, n, cut)))
 			return WRITE_PEEKED | WRITE_TERMINATOR;
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 	}
 	if (!whole)
 		return WRITE_PEEKED;
-	if (crlf_crlf_end && b[0] == '0' && b[1] == '\r' && b[2] == '\n')
+	if (!cut && crlf_crlf_end && b[0] == '0' && b[1] == '\r' && b[2] == '\n')
 		return WRITE_PEEKED | WRITE_TERMINATOR; /* "0\r\n" trailers "\r\n" */
-	if (is_done_event(b, n))
+	if (is_done_event(b, n, cut))
 		return WRITE_PEEKED | WRITE_TERMINATOR;
 	return WRITE_PEEKED;
 }
@@ -298,26 +306,32 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 
 /* short_flags classifies a body write of ret <= 32 bytes, read whole. */
 static __always_inline __u8 short_flags(const struct sock *sk, const struct stream_state *st,
-					const struct user_io *io, __u64 ret)
+					struct user_io *io, __u64 ret)
 {
 	if (st->chunks == 0)
 		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret,
 			  ret, 0);
-	return sent_flags(io, ret);
+	long cut = io_window(io, ret);
+	if (cut < 0)
+		return WRITE_PEEKED;
+	return sent_flags(io, ret, cut);
 }
 
 /* gathered_flags classifies a body write of ret > 32 bytes from its
  * buffers: the ones holding its last byte, and the one before. */
 static __always_inline __u8 gathered_flags(const struct sock *sk, const struct stream_state *st,
-					   const struct user_io *io, __u64 ret)
+					   struct user_io *io, __u64 ret)
 {
-	const char *base, *prev;
-	__u64 used, prev_len;
-	base = last_iov(io, ret, &used, &prev, &prev_len);
-	if (!base)
-		return WRITE_PEEKED;
 	if (st->chunks == 0)
 		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret, ret, 0);
+	long cut = io_window(io, ret);
+	if (cut < 0)
+		return WRITE_PEEKED;
+	const char *base, *prev;
+	__u64 used, prev_len;
+	base = last_iov(io, ret - cut, &used, &prev, &prev_len);
+	if (!base)
+		return WRITE_PEEKED;
 	if (used == 5) { /* the terminator in a buffer of its own, after the last chunk */
 		char t[5];
 		if (!bpf_probe_read_user(t, sizeof(t), base) && t[0] == '0' && t[1] == '\r' && t[2] == '\n' &&
@@ -443,7 +457,7 @@ static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_stat
 		return WRITE_PEEKED | (head << WRITE_HEAD_SHIFT) | head_ends(head, buf, n);
 	}
 	if (n <= 32) {
-		struct user_io io = {.nr = 1};
+		struct user_io io = {.all = 1, .nr = 1};
 		io.iov[0].iov_base = (void *)buf;
 		io.iov[0].iov_len = n;
 		return short_flags(sk, st, &io, n);

@@ -19,12 +19,58 @@
 #error "syscall_io.h reads x86-64 syscall frames: build with -target amd64"
 #endif
 
-#define MAX_IOV 4 /* iovecs looked at per readv/writev/recvmsg/sendmsg */
+#define MAX_IOV 4 /* iovecs copied per readv/writev/recvmsg/sendmsg */
+/* Buffers a gathered write's end is looked for in (io_buf): Node's http
+ * module writes an event and res.end()'s terminator in one tick as five,
+ * and what it queued under backpressure as four more per event. */
+#define MAX_IOV_WALK 32
 
+/* user_io: a syscall's buffers. */
 struct user_io {
-	struct iovec iov[MAX_IOV];
+	struct iovec iov[MAX_IOV]; /* the first nr of them, copied */
+	const struct iovec *uiov;  /* all of them, in the caller's memory (NULL: one buffer) */
+	__u64 all;                 /* how many */
 	__u32 nr;
 };
+
+/* io_window makes io's copied buffers the last MAX_IOV of a gathered
+ * write of ret bytes, the last of them holding its last byte, when the
+ * first ones hold fewer than ret bytes: Node's http module writes an
+ * event and res.end()'s chunked terminator in one tick as five buffers,
+ * and what it queued under backpressure as four more per event. It
+ * returns how many of the write's bytes come before io->iov[0] (0: io
+ * unchanged), or -1 when the last byte lies past MAX_IOV_WALK buffers or
+ * they cannot be read. */
+static __always_inline long io_window(struct user_io *io, __u64 ret)
+{
+	__u64 before = 0;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= io->nr)
+			break;
+		before += io->iov[i].iov_len;
+	}
+	if (before >= ret)
+		return 0;
+	if (io->all <= MAX_IOV || !io->uiov)
+		return -1;
+	for (__u32 i = MAX_IOV; i < MAX_IOV_WALK; i++) {
+		struct iovec v;
+		if (i >= io->all || bpf_probe_read_user(&v, sizeof(v), io->uiov + i))
+			return -1;
+		if (ret - before > v.iov_len) {
+			before += v.iov_len;
+			continue;
+		}
+		if (bpf_probe_read_user(io->iov, sizeof(io->iov), io->uiov + i - (MAX_IOV - 1)))
+			return -1;
+		__u64 lead = io->iov[0].iov_len + io->iov[1].iov_len + io->iov[2].iov_len;
+		if (lead > before) /* the writer changed its buffers meanwhile */
+			return -1;
+		io->nr = MAX_IOV;
+		return before - lead;
+	}
+	return -1;
+}
 
 #define NR_READ 0
 #define NR_WRITE 1
@@ -169,6 +215,8 @@ static __always_inline int syscall_io_of(const struct syscall_args *sa, struct u
 	case NR_SENDTO:
 		io->iov[0].iov_base = (void *)arg;
 		io->iov[0].iov_len = n;
+		io->uiov = NULL;
+		io->all = 1;
 		io->nr = 1;
 		return 0;
 	case NR_READV:
@@ -187,6 +235,8 @@ static __always_inline int syscall_io_of(const struct syscall_args *sa, struct u
 	default:
 		return -1;
 	}
+	io->uiov = iov;
+	io->all = n;
 	/* Constant sizes: the verifier needs a bounded length. */
 	long err;
 	switch (n) {

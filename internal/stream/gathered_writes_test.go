@@ -57,6 +57,12 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 	bpftest.Require(t)
 	done := frame("data: [DONE]\n\n")
 	last := append(frame("data: 2\n\n"), []byte("0\r\n\r\n"))
+	// Node's http module: res.write(ev); res.end() in one tick is one
+	// writev of the size, its CRLF, the event, its CRLF and the terminator.
+	nodeEnd := func(ev string) [][]byte {
+		return [][]byte{fmt.Appendf(nil, "%x", len(ev)), []byte("\r\n"), []byte(ev), []byte("\r\n"), []byte("0\r\n\r\n")}
+	}
+	nodeDone, nodeLast := nodeEnd("data: [DONE]\n\n"), nodeEnd("data: {\"choices\":[{\"delta\":{\"content\":\"2\"}}]}\n\n")
 	for _, c := range []struct {
 		name   string
 		writes [][][]byte
@@ -67,6 +73,10 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 			{[]byte("0\r\n\r\n")}}, 3, 3*size(frame("data: 0\n\n")) + size(done)},
 		{"last chunk with the terminator", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), last}, 3,
 			2*size(frame("data: 0\n\n")) + size(last)},
+		{"Node's [DONE] and end in one tick", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), nodeDone}, 2,
+			2*size(frame("data: 0\n\n")) + size(nodeDone)},
+		{"Node's last event and end in one tick", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), nodeLast}, 3,
+			2*size(frame("data: 0\n\n")) + size(nodeLast)},
 		{"trailers", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), {[]byte("0\r\nX-Usage: 5\r\n\r\n")}}, 2,
 			2*size(frame("data: 0\n\n")) + uint64(len("0\r\nX-Usage: 5\r\n\r\n"))},
 	} {
@@ -86,5 +96,36 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 					e.Stats.Chunks, e.Stats.Bytes, e.Reason, c.chunks, c.bytes)
 			}
 		})
+	}
+}
+
+// Node's http module, plaintext, as it runs: each stream's last event and
+// res.end()'s terminator go out in one writev of five buffers, one more
+// than the programs copy. Three streams on one keep-alive connection each
+// end at their terminator with the server's own counts, and the [DONE]
+// event is no chunk.
+func TestNodeStreamsEndAtTheirTerminator(t *testing.T) {
+	bpftest.Require(t)
+	srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: 4,
+		Think: 10 * time.Millisecond, Interval: 5 * time.Millisecond})
+	tr, err := Open(testConfig(uint16(srv.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record(t, tr)
+	client := &teststack.SDKClient{SDK: teststack.SDKPython, Addr: srv.Addr}
+	defer client.Close()
+	var sent []uint64
+	for i := range 3 {
+		sent = append(sent, teststack.MonotonicNow())
+		res, err := client.Chat(teststack.ChatRequest{Model: "llama-3-8b", Stream: true})
+		if err != nil || !res.Done || res.Reused != (i > 0) {
+			t.Fatalf("request %d: %v; done %v, on a reused connection %v", i, err, res.Done, res.Reused)
+		}
+	}
+	streams, ends := endsOf(t, rec, len(sent))
+	reps := reportsOf(t, srv, len(sent))
+	for i, end := range ends {
+		checkPlainStream(t, streams[end.ID], end, reps[i], sent[i], false)
 	}
 }

@@ -91,16 +91,16 @@ func headOf(t *testing.T, recs []Record) (Record, int) {
 	return Record{}, 0
 }
 
-// checkPlainStream checks a TLS stream read as plaintext against what the
-// Python or Node server reported writing and when the client sent the
-// request: the same counts, heads and bytes a plaintext stream gets, and
-// kernel stamps inside the CLOCK_MONOTONIC brackets of what they stand
-// for.
-func checkPlainStream(t *testing.T, recs []Record, end Record, rep teststack.Report, sent uint64) {
+// checkPlainStream checks a plaintext stream, or a TLS one read as
+// plaintext (tls), against what the Python or Node server reported
+// writing and when the client sent the request: the same counts, heads
+// and bytes, and kernel stamps inside the CLOCK_MONOTONIC brackets of what
+// they stand for.
+func checkPlainStream(t *testing.T, recs []Record, end Record, rep teststack.Report, sent uint64, tls bool) {
 	t.Helper()
 	s := end.Stats
-	if !s.TLS() {
-		t.Errorf("stream %v: flags %#x, want TLS", end.ID, s.Flags)
+	if s.TLS() != tls {
+		t.Errorf("stream %v: flags %#x, want TLS %v", end.ID, s.Flags, tls)
 	}
 	if end.Reason != EndTerminator {
 		t.Errorf("stream %v: end %v, want terminator", end.ID, end.Reason)

@@ -140,7 +140,7 @@ func TestTLSStacksReadAsPlaintext(t *testing.T) {
 			streams, ends := endsOf(t, rec, len(runs))
 			reps := reportsOf(t, srv, len(runs))
 			for i, end := range ends {
-				checkPlainStream(t, streams[end.ID], end, reps[i], runs[i].sent)
+				checkPlainStream(t, streams[end.ID], end, reps[i], runs[i].sent, true)
 			}
 			c, err := tr.Counters()
 			if err != nil || c.TLS != c.TLSPlain || c.TLS == 0 {
