@@ -13,12 +13,20 @@
 /* Set before load; 0 keeps the kernel's default (wake on every record). */
 const volatile __u64 wakeup_bytes = 0;
 
+/* wakeup_flags are the submit flags for a record when waiting bytes are
+ * in the ring before it. */
+static __always_inline __u64 wakeup_flags(__u64 waiting)
+{
+	if (!wakeup_bytes)
+		return 0;
+	return waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline __u64 submit_flags(void *ringbuf)
 {
 	if (!wakeup_bytes)
 		return 0;
-	return bpf_ringbuf_query(ringbuf, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									       : BPF_RB_NO_WAKEUP;
+	return wakeup_flags(bpf_ringbuf_query(ringbuf, BPF_RB_AVAIL_DATA));
 }
 
 #endif

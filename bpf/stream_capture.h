@@ -25,6 +25,30 @@ struct {
 	__type(value, struct payload_buf);
 } tw_st_buf SEC(".maps");
 
+/* How many bytes may wait in the ring, set by user space, for a payload
+ * record (request, response head, body bytes) to go in: the rest is kept
+ * for the records that time and end streams. A flood of requests to
+ * capture would otherwise fill the ring, and the END records lost to it
+ * would leave their streams open until they expire. */
+const volatile __u64 payload_room = 0xffffffff;
+
+/* payload_output sends a payload record of size bytes at rec, or counts
+ * it shed when more than payload_room bytes wait in the ring, or lost
+ * when the ring has no room. */
+static __always_inline int payload_output(void *rec, __u64 size)
+{
+	__u64 waiting = bpf_ringbuf_query(&tw_st_events, BPF_RB_AVAIL_DATA);
+	if (waiting > payload_room) {
+		count(&tw_st_counters, TW_ST_COUNTER_SHED);
+		return -1;
+	}
+	if (bpf_ringbuf_output(&tw_st_events, rec, size, wakeup_flags(waiting))) {
+		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+		return -1;
+	}
+	return 0;
+}
+
 /* payload_head fills b's header for a record of kind about the stream in
  * st. */
 static __always_inline void payload_head(struct payload_buf *b, const struct sock *sk, const struct stream_state *st,
@@ -91,11 +115,7 @@ static __always_inline int payload_send(struct payload_buf *b, const void *src, 
 		return -1;
 	}
 	b->h.id.len = len;
-	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + len, submit_flags(&tw_st_events))) {
-		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
-		return -1;
-	}
-	return 0;
+	return payload_output(b, sizeof(b->h) + len);
 }
 
 #define REQ_SLICES 16 /* slices one read may send: 64 KiB */

@@ -115,8 +115,7 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 		return flags;
 	b->h.id.reason = flags;
 	b->h.id.len = n;
-	if (bpf_ringbuf_output(&tw_st_events, b, sizeof(b->h) + n, submit_flags(&tw_st_events)))
-		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
+	payload_output(b, sizeof(b->h) + n);
 	return flags;
 }
 

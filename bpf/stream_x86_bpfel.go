@@ -225,7 +225,8 @@ const (
 	StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM    StreamTwStreamCounter = 7
 	StreamTwStreamCounterTW_ST_COUNTER_UNREAD         StreamTwStreamCounter = 8
 	StreamTwStreamCounterTW_ST_COUNTER_TAIL_FROM_USER StreamTwStreamCounter = 9
-	StreamTwStreamCounterTW_ST_COUNTER_MAX            StreamTwStreamCounter = 10
+	StreamTwStreamCounterTW_ST_COUNTER_SHED           StreamTwStreamCounter = 10
+	StreamTwStreamCounterTW_ST_COUNTER_MAX            StreamTwStreamCounter = 11
 )
 
 type StreamTwStreamRecord uint32
@@ -340,6 +341,7 @@ const (
 	StreamVarN_clientPids          = "n_client_pids"
 	StreamVarN_clientPorts         = "n_client_ports"
 	StreamVarN_watchPorts          = "n_watch_ports"
+	StreamVarPayloadRoom           = "payload_room"
 	StreamVarPortsInMap            = "ports_in_map"
 	StreamVarRecvmsgFlagsArg5      = "recvmsg_flags_arg5"
 	StreamVarRegsByCast            = "regs_by_cast"
@@ -485,6 +487,7 @@ type StreamVariableSpecs struct {
 	N_clientPids          *ebpf.VariableSpec `ebpf:"n_client_pids"`
 	N_clientPorts         *ebpf.VariableSpec `ebpf:"n_client_ports"`
 	N_watchPorts          *ebpf.VariableSpec `ebpf:"n_watch_ports"`
+	PayloadRoom           *ebpf.VariableSpec `ebpf:"payload_room"`
 	PortsInMap            *ebpf.VariableSpec `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.VariableSpec `ebpf:"recvmsg_flags_arg5"`
 	RegsByCast            *ebpf.VariableSpec `ebpf:"regs_by_cast"`
@@ -587,6 +590,7 @@ type StreamVariables struct {
 	N_clientPids          *ebpf.Variable `ebpf:"n_client_pids"`
 	N_clientPorts         *ebpf.Variable `ebpf:"n_client_ports"`
 	N_watchPorts          *ebpf.Variable `ebpf:"n_watch_ports"`
+	PayloadRoom           *ebpf.Variable `ebpf:"payload_room"`
 	PortsInMap            *ebpf.Variable `ebpf:"ports_in_map"`
 	RecvmsgFlagsArg5      *ebpf.Variable `ebpf:"recvmsg_flags_arg5"`
 	RegsByCast            *ebpf.Variable `ebpf:"regs_by_cast"`

@@ -34,6 +34,10 @@ type Counters struct {
 	// or an upper layer such as kTLS, a send call other than write,
 	// writev, sendto or sendmsg, a fragment with fewer than 16 bytes).
 	TailFromUser uint64
+	// Shed counts payload records (request, response head and body bytes)
+	// not sent because the ring buffer was three quarters full: its last
+	// quarter is kept for the records that time and end streams.
+	Shed uint64
 }
 
 // Counters sums the kernel's per-CPU counters.
@@ -49,6 +53,7 @@ func (t *Tracer) Counters() (c Counters, err error) {
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TLS_NO_ROOM:    &c.TLSNoRoom,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_UNREAD:         &c.Unread,
 		bpf.StreamTwStreamCounterTW_ST_COUNTER_TAIL_FROM_USER: &c.TailFromUser,
+		bpf.StreamTwStreamCounterTW_ST_COUNTER_SHED:           &c.Shed,
 	} {
 		if *dst, err = probe.SumPerCPU(t.maps.TwStCounters, uint32(idx)); err != nil {
 			return c, err

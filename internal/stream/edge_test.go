@@ -3,6 +3,7 @@ package stream
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -342,4 +343,50 @@ func TestChunkedResponseInOneWriteEnds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A flood of requests to capture while the reader is behind: once the ring
+// is three quarters full their payload records are shed, and every
+// stream's END still finds room in the last quarter. Without that room,
+// the request bytes filled the ring and ENDs were lost with them.
+func TestFloodShedsPayloadsAndKeepsEnds(t *testing.T) {
+	bpftest.Require(t)
+	const n, body = 24, 8 << 10
+	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond, Events: 2, HeadersFirst: true}
+	addr, port := serve(t, srv)
+	cfg := testConfig(port)
+	cfg.RingBufferBytes = 64 << 10
+	cfg.RequestCaptureBytes = body
+	cfg.ChunkRecords = false
+	// The ENDs of the flood fit the quarter kept for them; its request
+	// bytes are several times the ring.
+	if end := n * (binary.Size(bpf.StreamStreamStats{}) + 8); end > int(cfg.RingBufferBytes)/4 || n*body < 2*int(cfg.RingBufferBytes) {
+		t.Fatalf("the flood does not fit the test: %d bytes of ENDs, %d of requests", end, n*body)
+	}
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{}
+	payload := `{"model":"m","stream":true,"pad":"` + strings.Repeat("x", body) + `"}`
+	for range n { // with nothing reading the ring
+		if err := teststack.Fetch(client, "POST", "http://"+addr+"/", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := record(t, tr)
+	ends := requireCompleted(t, rec.ends(t, n), n)
+	for _, e := range ends {
+		if e.Stats.Chunks != 2 || e.Reason != EndTerminator {
+			t.Errorf("stream %+v: %d chunks, end %v; want 2, terminator", e.ID, e.Stats.Chunks, e.Reason)
+		}
+	}
+	c, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RecordsLost != 0 || c.Shed == 0 {
+		t.Errorf("%d records lost, %d payloads shed; want none lost, some shed", c.RecordsLost, c.Shed)
+	}
+	t.Logf("%d payload records shed", c.Shed)
 }

@@ -274,6 +274,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 		"chunk_records":       boolByte(cfg.ChunkRecords),
 		"gap_bounds_ns":       bounds,
 		"wakeup_bytes":        probe.WakeupBytes(cfg.RingBufferBytes),
+		"payload_room":        payloadRoom(cfg.RingBufferBytes),
 		"regs_from_btf":       boolByte(regsFromBTF() && !cfg.stackRegs),
 		"regs_by_cast":        boolByte(RegsByCast() && !cfg.stackRegs && !cfg.regsByHelper),
 		"frag_va_base":        fragBase,
@@ -425,3 +426,12 @@ func (t *Tracer) Close() error {
 
 // HookPoints reports what attached where.
 func (t *Tracer) HookPoints() []HookPoint { return t.points }
+
+// payloadRoom is how many bytes may wait in a ring of size bytes for a
+// payload record (request, response head, body bytes) to go in: three
+// quarters of it. The last quarter is kept for the PROGRESS and END
+// records that time and end streams, so that a flood of requests sheds
+// their bytes (Counters.Shed) and keeps their measurements.
+func payloadRoom(size uint32) uint64 {
+	return uint64(size) - uint64(size)/4
+}

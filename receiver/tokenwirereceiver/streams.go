@@ -112,6 +112,8 @@ func (r *tokenwireReceiver) registerStreamTelemetry() error {
 		}),
 		r.telemetry.RegisterReceiverTokenwirePayloadsUnreadCallback(
 			observeCounter(tr, func(c stream.Counters) uint64 { return c.Unread })),
+		r.telemetry.RegisterReceiverTokenwirePayloadsShedCallback(
+			observeCounter(tr, func(c stream.Counters) uint64 { return c.Shed })),
 		r.telemetry.RegisterReceiverTokenwireWriteTailsFromUserCallback(
 			observeCounter(tr, func(c stream.Counters) uint64 { return c.TailFromUser })),
 		r.registerTLSTelemetry(tr),

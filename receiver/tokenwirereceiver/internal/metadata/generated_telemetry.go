@@ -31,6 +31,7 @@ type TelemetryBuilder struct {
 	ReceiverTokenwireCapabilityUp         metric.Int64ObservableGauge
 	ReceiverTokenwireConnectionsUntracked metric.Int64ObservableCounter
 	ReceiverTokenwireMapEntries           metric.Int64ObservableGauge
+	ReceiverTokenwirePayloadsShed         metric.Int64ObservableCounter
 	ReceiverTokenwirePayloadsUnread       metric.Int64ObservableCounter
 	ReceiverTokenwireProgramsAttached     metric.Int64ObservableGauge
 	ReceiverTokenwireRecordsLost          metric.Int64ObservableCounter
@@ -97,6 +98,21 @@ func (builder *TelemetryBuilder) RegisterReceiverTokenwireMapEntriesCallback(cb 
 		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwireMapEntries, obs: o})
 		return nil
 	}, builder.ReceiverTokenwireMapEntries)
+	if err != nil {
+		return err
+	}
+	builder.mu.Lock()
+	defer builder.mu.Unlock()
+	builder.registrations = append(builder.registrations, reg)
+	return nil
+}
+
+// RegisterReceiverTokenwirePayloadsShedCallback sets callback for observable ReceiverTokenwirePayloadsShed metric.
+func (builder *TelemetryBuilder) RegisterReceiverTokenwirePayloadsShedCallback(cb metric.Int64Callback) error {
+	reg, err := builder.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cb(ctx, &observerInt64{inst: builder.ReceiverTokenwirePayloadsShed, obs: o})
+		return nil
+	}, builder.ReceiverTokenwirePayloadsShed)
 	if err != nil {
 		return err
 	}
@@ -315,6 +331,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_tokenwire_map_entries",
 		metric.WithDescription("Entries in use in the receiver's bounded BPF maps of per-socket state. [Development]"),
 		metric.WithUnit("{entry}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverTokenwirePayloadsShed, err = builder.meter.Int64ObservableCounter(
+		"otelcol_receiver_tokenwire_payloads_shed",
+		metric.WithDescription("Request, response head and body records the stream probe did not send because its ring buffer was three quarters full: the last quarter is kept for the records that time and end streams. Their streams are measured; their request or response details (server.address, model, token usage) are missing. A rising count means the reader falls behind: raise ring_buffer_size or lower request_capture_bytes. [Development]"),
+		metric.WithUnit("{payload}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwirePayloadsUnread, err = builder.meter.Int64ObservableCounter(
