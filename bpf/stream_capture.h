@@ -67,6 +67,11 @@ static __always_inline void payload_head(struct payload_buf *b, const struct soc
 	b->h.total = total;
 	b->h.pid = bpf_get_current_pid_tgid() >> 32;
 	b->h.client = st->client;
+	/* The stream's server port before any PROGRESS carries the socket's
+	 * addresses: a stream stuck before its first chunk ends by the idle
+	 * timeout with this alone. */
+	b->h.port = st->client ? bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport))
+			       : BPF_CORE_READ(sk, __sk_common.skc_num);
 	bpf_get_current_comm(b->h.comm, sizeof(b->h.comm));
 }
 

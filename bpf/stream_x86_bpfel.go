@@ -57,7 +57,8 @@ type StreamStreamPayload struct {
 	Offset uint32
 	Total  uint32
 	Pid    uint32
-	Client uint32
+	Client uint16
+	Port   uint16
 	Comm   [16]int8
 }
 

@@ -130,7 +130,8 @@ struct stream_payload {
 	__u32 offset; /* REQUEST: offset of the bytes in the request; BODY: in the write */
 	__u32 total;  /* REQUEST: bytes read; RESPONSE, BODY: bytes of the write */
 	__u32 pid;    /* the reading or writing process (tgid) */
-	__u32 client; /* 1: the stream of a client connection (stream_client.h) */
+	__u16 client; /* 1: the stream of a client connection (stream_client.h) */
+	__u16 port;   /* the server's port: the socket's own, or its peer's on a client's stream */
 	char comm[16];
 };
 

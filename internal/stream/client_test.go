@@ -68,8 +68,8 @@ func TestClientCallIsMeasured(t *testing.T) {
 			switch r.Kind {
 			case KindRequest:
 				sawReq = true
-				if !r.Client || string(r.Data[:4]) != "POST" {
-					t.Errorf("request record: client %v, data %q", r.Client, r.Data)
+				if !r.Client || string(r.Data[:4]) != "POST" || r.Port != port {
+					t.Errorf("request record: client %v, port %d (want %d), data %q", r.Client, r.Port, port, r.Data)
 				}
 			case KindEnd:
 				st := r.Stats

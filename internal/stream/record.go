@@ -104,6 +104,9 @@ type Record struct {
 	// Client: the record is about a client connection's call (its
 	// request written, its response read).
 	Client bool
+	// Port is the stream's server port: the socket's own, or its peer's
+	// on a client's stream.
+	Port uint16
 	Data   []byte
 
 	// Progress, End and Chunk.
@@ -184,7 +187,7 @@ func Decode(raw []byte, rec *Record) error {
 		}
 		p := (*bpf.StreamStreamPayload)(unsafe.Pointer(&raw[0]))
 		rec.TS, rec.Offset, rec.Total, rec.PID, rec.Flags = p.TsNs, p.Offset, p.Total, p.Pid, key.Reason
-		rec.Client = p.Client != 0
+		rec.Client, rec.Port = p.Client != 0, p.Port
 		for i, c := range p.Comm {
 			rec.Comm[i] = byte(c)
 		}
@@ -195,7 +198,7 @@ func Decode(raw []byte, rec *Record) error {
 		}
 		s := (*bpf.StreamStreamStats)(unsafe.Pointer(&raw[0]))
 		rec.Reason = EndReason(key.Reason)
-		rec.Data = nil
+		rec.Data, rec.Port = nil, 0
 		rec.Stats = Stats{
 			RequestTS: s.ReqTs, HeadersTS: s.HeadersTs, FirstChunkTS: s.FirstChunkTs,
 			LastChunkTS: s.LastChunkTs, EndTS: s.EndTs, Bytes: s.Bytes,

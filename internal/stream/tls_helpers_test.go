@@ -109,6 +109,11 @@ func checkPlainStream(t *testing.T, recs []Record, end Record, rep teststack.Rep
 		!bytes.Contains(req, []byte(`"model":`)) || !bytes.HasSuffix(req, []byte("true}")) {
 		t.Errorf("stream %v: request captured %q", end.ID, req)
 	}
+	for _, r := range recs {
+		if (r.Kind == KindRequest || r.Kind == KindResponse || r.Kind == KindBody) && r.Port != end.Stats.Local.Port() {
+			t.Errorf("stream %v: %v record on port %d, want the server's %d", end.ID, r.Kind, r.Port, end.Stats.Local.Port())
+		}
+	}
 	head, headerLen := headOf(t, recs)
 	if head.Flags&RespHTTP == 0 || head.Flags&RespChunked == 0 {
 		t.Errorf("stream %v: head flags %#x: %q", end.ID, head.Flags, head.Data)

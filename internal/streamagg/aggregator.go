@@ -12,6 +12,7 @@
 package streamagg
 
 import (
+	"cmp"
 	"math"
 	"net/netip"
 	"sync"
@@ -219,9 +220,11 @@ type openStream struct {
 	// (record times): the idle timeout's fallback before any PROGRESS.
 	reqTS, respTS uint64
 	// The last totals the kernel reported, and the socket's addresses from
-	// the first PROGRESS: the idle timeout ends a stream from them.
+	// the first PROGRESS: the idle timeout ends a stream from them. Before
+	// a PROGRESS, the server port the payload records carry stands in.
 	last          stream.Stats
 	local, remote netip.AddrPort
+	port          uint16
 
 	classified bool
 	skip       string // non-empty: not reported, and why
@@ -292,6 +295,7 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		o.req.WriteAt(int64(rec.Offset), rec.Data)
 		o.tp.WriteAt(int64(rec.Offset), rec.Data)
 		o.noteClient(rec)
+		o.port = cmp.Or(o.port, rec.Port)
 		if o.pid == 0 {
 			o.pid, o.comm = rec.PID, rec.Comm
 		}
@@ -302,6 +306,7 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		o = a.opened(o, rec.ID)
 		o.response(rec.Data, !a.cfg.NoResponseDetails)
 		o.pid, o.comm = rec.PID, rec.Comm
+		o.port = cmp.Or(o.port, rec.Port)
 		o.respTS = rec.TS
 	case stream.KindBody:
 		o = a.opened(o, rec.ID)
@@ -415,6 +420,13 @@ func (a *Aggregator) ExpireIdle(cutoff time.Time) int {
 		delete(a.open, id)
 		rec = stream.Record{Kind: stream.KindEnd, ID: id, Reason: stream.EndIdle, Stats: o.last}
 		rec.Stats.Local, rec.Stats.Remote = o.local, o.remote
+		if !o.remote.IsValid() { // stuck before its first chunk: no PROGRESS
+			if o.cl.client {
+				rec.Stats.Remote = netip.AddrPortFrom(netip.Addr{}, o.port)
+			} else {
+				rec.Stats.Local = netip.AddrPortFrom(netip.Addr{}, o.port)
+			}
+		}
 		if rec.Stats.HeadersTS == 0 && o.respTS != 0 {
 			// A head and no chunk yet: the records' own times stand in.
 			rec.Stats.RequestTS, rec.Stats.HeadersTS = min(o.reqTS, o.respTS), o.respTS

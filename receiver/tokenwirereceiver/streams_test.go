@@ -456,3 +456,29 @@ func TestIdleStreamTimesOut(t *testing.T) {
 	require.Less(t, sp.EndTimestamp().AsTime().Sub(sp.StartTimestamp().AsTime()), 500*time.Millisecond,
 		"the stream ends at its last write, not when the timeout fired")
 }
+
+// A stream stuck before its first token (the head flushed, then nothing,
+// as a model server with a full queue does) ends by streams.idle_timeout
+// on its server's port: no PROGRESS came to carry the socket's addresses,
+// and the port comes from its request and head records.
+func TestStreamStuckBeforeItsFirstTokenKeepsItsPort(t *testing.T) {
+	bpftest.Require(t)
+	release := make(chan struct{})
+	srv := teststack.ServeHTTP(t, &teststack.SSEServer{HeadersFirst: true, Hold: release})
+	defer close(release)
+
+	cfg := streamConfig(srv.Port, 200*time.Millisecond)
+	cfg.Streams.IdleTimeout = time.Second
+	traces := new(consumertest.TracesSink)
+	tr, err := NewFactory().CreateTraces(context.Background(), receivertest.NewNopSettings(metadata.Type), cfg, traces)
+	require.NoError(t, err)
+	require.NoError(t, tr.Start(context.Background(), componenttest.NewNopHost()))
+	defer func() { require.NoError(t, tr.Shutdown(context.Background())) }()
+
+	go teststack.Fetch(nil, "GET", srv.URL+"/", "")
+	require.Eventually(t, func() bool { return traces.SpanCount() == 1 }, 5*time.Second, 50*time.Millisecond)
+	a := traces.AllTraces()[0].ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().AsRaw()
+	require.Equal(t, "idle_timeout", a["tokenwire.stream.end_reason"])
+	require.EqualValues(t, 0, a["tokenwire.stream.chunks"])
+	require.EqualValues(t, srv.Port, a["server.port"])
+}
