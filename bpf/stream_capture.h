@@ -38,15 +38,15 @@ const volatile __u64 payload_room = 0xffffffff;
 static __always_inline int payload_output(void *rec, __u64 size)
 {
 	__u64 waiting = bpf_ringbuf_query(&tw_st_events, BPF_RB_AVAIL_DATA);
-	if (waiting > payload_room) {
-		count(&tw_st_counters, TW_ST_COUNTER_SHED);
-		return -1;
+	__u32 lost = TW_ST_COUNTER_SHED;
+	if (waiting <= payload_room) {
+		if (!bpf_ringbuf_output(&tw_st_events, rec, size, wakeup_flags(waiting)))
+			return 0;
+		lost = TW_ST_COUNTER_RINGBUF_LOST;
 	}
-	if (bpf_ringbuf_output(&tw_st_events, rec, size, wakeup_flags(waiting))) {
-		count(&tw_st_counters, TW_ST_COUNTER_RINGBUF_LOST);
-		return -1;
-	}
-	return 0;
+	/* One count for both: a second one's key took stack of its own. */
+	count(&tw_st_counters, lost);
+	return -1;
 }
 
 /* payload_head fills b's header for a record of kind about the stream in
@@ -70,8 +70,12 @@ static __always_inline void payload_head(struct payload_buf *b, const struct soc
 	/* The stream's server port before any PROGRESS carries the socket's
 	 * addresses: a stream stuck before its first chunk ends by the idle
 	 * timeout with this alone. */
-	b->h.port = st->client ? bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport))
-			       : BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (st->client) {
+		bpf_core_read(&b->h.port, sizeof(b->h.port), &sk->__sk_common.skc_dport);
+		b->h.port = bpf_ntohs(b->h.port);
+	} else {
+		bpf_core_read(&b->h.port, sizeof(b->h.port), &sk->__sk_common.skc_num);
+	}
 	bpf_get_current_comm(b->h.comm, sizeof(b->h.comm));
 }
 

@@ -134,8 +134,9 @@ static __always_inline void send_body(const struct sock *sk, const struct stream
 	payload_send(b, tail ? start + len - n : start, n);
 }
 
-/* Scratch room for gathering a short write from several buffers: a stack
- * buffer cannot take a copy at a variable offset on every kernel. */
+/* Scratch room for the end of a write (sent_flags): a stack buffer
+ * cannot take a copy at a variable offset on every kernel, and the
+ * stack is tight. Copies go at offsets up to 31, of up to 32 bytes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -144,14 +145,10 @@ struct {
 } tw_st_scratch SEC(".maps");
 
 /* gather_short copies a write of ret <= 32 bytes, spread over its
- * buffers, into b (an SSE event with its chunk framing in separate
- * buffers, as Node's http module writes them). */
-static __always_inline int gather_short(const struct user_io *io, __u64 ret, char b[32])
+ * buffers, into tmp, tw_st_scratch's value (an SSE event with its chunk
+ * framing in separate buffers, as Node's http module writes them). */
+static __always_inline int gather_short(const struct user_io *io, __u64 ret, char *tmp)
 {
-	__u32 zero = 0;
-	char *tmp = bpf_map_lookup_elem(&tw_st_scratch, &zero);
-	if (!tmp)
-		return -1;
 	__u32 off = 0;
 	for (int i = 0; i < MAX_IOV; i++) {
 		if (i >= io->nr || off >= ret)
@@ -166,7 +163,6 @@ static __always_inline int gather_short(const struct user_io *io, __u64 ret, cha
 			return -1;
 		off += len;
 	}
-	__builtin_memcpy(b, tmp, 32);
 	return 0;
 }
 
@@ -210,8 +206,13 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u6
 	if (!base || used == 0)
 		return WRITE_PEEKED;
 	/* b[0, n) is the end of the write: all that io holds of it when
-	 * short. */
-	char b[32] = {};
+	 * short. In the scratch map, not on the stack: the programs' call
+	 * chains come near the verifier's 512 bytes. */
+	__u32 zero = 0;
+	char *b = bpf_map_lookup_elem(&tw_st_scratch, &zero);
+	if (!b)
+		return WRITE_PEEKED;
+	__builtin_memset(b, 0, 32);
 	__u32 n;
 	int whole = ret <= 32;
 	if (whole && used < left) {
@@ -303,27 +304,29 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 	return WRITE_PEEKED;
 }
 
-/* short_flags classifies a body write of ret <= 32 bytes, read whole. */
+/* short_flags classifies a body write of ret <= 32 bytes, read whole
+ * (a: its syscall's arguments, as io_window takes them). */
 static __always_inline __u8 short_flags(const struct sock *sk, const struct stream_state *st,
-					struct user_io *io, __u64 ret)
+					struct user_io *io, __u64 ret, const struct syscall_args *a)
 {
 	if (st->chunks == 0)
 		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret,
 			  ret, 0);
-	long cut = io_window(io, ret);
+	long cut = io_window(io, ret, a);
 	if (cut < 0)
 		return WRITE_PEEKED;
 	return sent_flags(io, ret, cut);
 }
 
 /* gathered_flags classifies a body write of ret > 32 bytes from its
- * buffers: the ones holding its last byte, and the one before. */
+ * buffers: the ones holding its last byte, and the one before (a: its
+ * syscall's arguments). */
 static __always_inline __u8 gathered_flags(const struct sock *sk, const struct stream_state *st,
-					   struct user_io *io, __u64 ret)
+					   struct user_io *io, __u64 ret, const struct syscall_args *a)
 {
 	if (st->chunks == 0)
 		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret, ret, 0);
-	long cut = io_window(io, ret);
+	long cut = io_window(io, ret, a);
 	if (cut < 0)
 		return WRITE_PEEKED;
 	const char *base, *prev;
@@ -351,23 +354,20 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
  * sent to user space. */
 static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret)
 {
-	struct user_io io;
-	if (ret <= 32) {
-		if (syscall_io(&io))
-			return 0;
-		return short_flags(sk, st, &io, ret);
-	}
 	struct syscall_args a;
 	if (syscall_args(&a))
 		return 0;
-	if (a.nr == NR_WRITE || a.nr == NR_SENDTO) {
+	if (ret > 32 && (a.nr == NR_WRITE || a.nr == NR_SENDTO)) {
 		if (st->chunks == 0)
 			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0);
 		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
 	}
+	struct user_io io;
 	if (syscall_io_of(&a, &io))
 		return 0;
-	return gathered_flags(sk, st, &io, ret);
+	if (ret <= 32)
+		return short_flags(sk, st, &io, ret, &a);
+	return gathered_flags(sk, st, &io, ret, &a);
 }
 
 /* body_flags classifies a body write of ret bytes at the least cost. A
@@ -456,10 +456,10 @@ static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_stat
 		return WRITE_PEEKED | (head << WRITE_HEAD_SHIFT) | head_ends(head, buf, n);
 	}
 	if (n <= 32) {
-		struct user_io io = {.all = 1, .nr = 1};
+		struct user_io io = {.nr = 1};
 		io.iov[0].iov_base = (void *)buf;
 		io.iov[0].iov_len = n;
-		return short_flags(sk, st, &io, n);
+		return short_flags(sk, st, &io, n, NULL);
 	}
 	if (st->chunks == 0)
 		send_body(sk, st, TW_BODY_FIRST, buf, n, n, 0);

@@ -20,57 +20,12 @@
 #endif
 
 #define MAX_IOV 4 /* iovecs copied per readv/writev/recvmsg/sendmsg */
-/* Buffers a gathered write's end is looked for in (io_buf): Node's http
- * module writes an event and res.end()'s terminator in one tick as five,
- * and what it queued under backpressure as four more per event. */
-#define MAX_IOV_WALK 32
 
-/* user_io: a syscall's buffers. */
+/* user_io: the first nr buffers of a syscall, copied. */
 struct user_io {
-	struct iovec iov[MAX_IOV]; /* the first nr of them, copied */
-	const struct iovec *uiov;  /* all of them, in the caller's memory (NULL: one buffer) */
-	__u64 all;                 /* how many */
+	struct iovec iov[MAX_IOV];
 	__u32 nr;
 };
-
-/* io_window makes io's copied buffers the last MAX_IOV of a gathered
- * write of ret bytes, the last of them holding its last byte, when the
- * first ones hold fewer than ret bytes: Node's http module writes an
- * event and res.end()'s chunked terminator in one tick as five buffers,
- * and what it queued under backpressure as four more per event. It
- * returns how many of the write's bytes come before io->iov[0] (0: io
- * unchanged), or -1 when the last byte lies past MAX_IOV_WALK buffers or
- * they cannot be read. */
-static __always_inline long io_window(struct user_io *io, __u64 ret)
-{
-	__u64 before = 0;
-	for (int i = 0; i < MAX_IOV; i++) {
-		if (i >= io->nr)
-			break;
-		before += io->iov[i].iov_len;
-	}
-	if (before >= ret)
-		return 0;
-	if (io->all <= MAX_IOV || !io->uiov)
-		return -1;
-	for (__u32 i = MAX_IOV; i < MAX_IOV_WALK; i++) {
-		struct iovec v;
-		if (i >= io->all || bpf_probe_read_user(&v, sizeof(v), io->uiov + i))
-			return -1;
-		if (ret - before > v.iov_len) {
-			before += v.iov_len;
-			continue;
-		}
-		if (bpf_probe_read_user(io->iov, sizeof(io->iov), io->uiov + i - (MAX_IOV - 1)))
-			return -1;
-		__u64 lead = io->iov[0].iov_len + io->iov[1].iov_len + io->iov[2].iov_len;
-		if (lead > before) /* the writer changed its buffers meanwhile */
-			return -1;
-		io->nr = MAX_IOV;
-		return before - lead;
-	}
-	return -1;
-}
 
 #define NR_READ 0
 #define NR_WRITE 1
@@ -201,42 +156,49 @@ static __always_inline int syscall_io(struct user_io *io)
 	return syscall_io_of(&a, io);
 }
 
-/* syscall_io_of fills io from the syscall arguments a. */
-static __always_inline int syscall_io_of(const struct syscall_args *sa, struct user_io *io)
+/* syscall_iov sets *vec to the iovec array of a vectored syscall (readv,
+ * writev, recvmsg, sendmsg) from its arguments a: its address as base,
+ * its count as len. The callers pass a slot of their user_io: every byte
+ * of stack counts, as the programs' call chains come near the verifier's
+ * 512. */
+_Static_assert(offsetof(struct user_msghdr, msg_iovlen) == offsetof(struct user_msghdr, msg_iov) + 8 &&
+		       sizeof(struct iovec) == 16,
+	       "syscall_iov reads msg_iov and msg_iovlen as one iovec");
+
+static __always_inline int syscall_iov(const struct syscall_args *a, struct iovec *vec)
 {
-	struct syscall_args a = *sa;
-	const void *arg = (const void *)a.arg1;
-	__u64 n = a.arg2;
-	const struct iovec *iov;
-	switch (a.nr) {
+	switch (a->nr) {
+	case NR_READV:
+	case NR_WRITEV:
+		vec->iov_base = (void *)a->arg1;
+		vec->iov_len = a->arg2;
+		return 0;
+	case NR_RECVMSG:
+	case NR_SENDMSG:
+		return bpf_probe_read_user(vec, sizeof(*vec), (const char *)a->arg1 + offsetof(struct user_msghdr, msg_iov))
+			       ? -1
+			       : 0;
+	}
+	return -1;
+}
+
+/* syscall_io_of fills io from the syscall arguments a. */
+static __always_inline int syscall_io_of(const struct syscall_args *a, struct user_io *io)
+{
+	switch (a->nr) {
 	case NR_READ:
 	case NR_WRITE:
 	case NR_RECVFROM:
 	case NR_SENDTO:
-		io->iov[0].iov_base = (void *)arg;
-		io->iov[0].iov_len = n;
-		io->uiov = NULL;
-		io->all = 1;
+		io->iov[0].iov_base = (void *)a->arg1;
+		io->iov[0].iov_len = a->arg2;
 		io->nr = 1;
 		return 0;
-	case NR_READV:
-	case NR_WRITEV:
-		iov = arg;
-		break;
-	case NR_RECVMSG:
-	case NR_SENDMSG: {
-		struct user_msghdr m;
-		if (bpf_probe_read_user(&m, sizeof(m), arg))
-			return -1;
-		iov = m.msg_iov;
-		n = m.msg_iovlen;
-		break;
 	}
-	default:
+	if (syscall_iov(a, &io->iov[0]))
 		return -1;
-	}
-	io->uiov = iov;
-	io->all = n;
+	const struct iovec *iov = io->iov[0].iov_base;
+	__u64 n = io->iov[0].iov_len;
 	/* Constant sizes: the verifier needs a bounded length. */
 	long err;
 	switch (n) {
@@ -257,6 +219,50 @@ static __always_inline int syscall_io_of(const struct syscall_args *sa, struct u
 	}
 	io->nr = n;
 	return err ? -1 : 0;
+}
+
+/* io_window makes io's copied buffers the last MAX_IOV of a gathered
+ * write of ret bytes, when the first ones hold fewer than ret bytes and
+ * the write has at most 2 * MAX_IOV buffers (so that the first and the
+ * last MAX_IOV are all of them): Node's http module writes an event and
+ * res.end()'s chunked terminator in one tick as five. It returns how many
+ * of the write's bytes come before io->iov[0] (0: io unchanged), or -1
+ * when its end is not found that way. a: the syscall's arguments (NULL:
+ * io holds all of the write's buffers). One read, and few values live
+ * across it: the programs' call chains come near the verifier's 512
+ * bytes of stack. */
+static __always_inline long io_window(struct user_io *io, __u64 ret, const struct syscall_args *a)
+{
+	if (io->nr < MAX_IOV)
+		return 0;
+	__u64 first = io->iov[0].iov_len + io->iov[1].iov_len + io->iov[2].iov_len + io->iov[3].iov_len;
+	if (first >= ret)
+		return 0;
+	/* io->iov[0] is scratch until the window is read: io is not used
+	 * when this fails. */
+	if (!a || syscall_iov(a, &io->iov[0]))
+		return -1;
+	const struct iovec *iov = io->iov[0].iov_base;
+	__u64 n = io->iov[0].iov_len;
+	if (n <= MAX_IOV || n > 2 * MAX_IOV || bpf_probe_read_user(io->iov, sizeof(io->iov), iov + n - MAX_IOV))
+		return -1;
+	/* The window's first 2 * MAX_IOV - n buffers are among the first
+	 * MAX_IOV: what is before the window is the rest of those. */
+	__u64 shared = 0;
+	switch (n) {
+	case MAX_IOV + 1:
+		shared = io->iov[0].iov_len + io->iov[1].iov_len + io->iov[2].iov_len;
+		break;
+	case MAX_IOV + 2:
+		shared = io->iov[0].iov_len + io->iov[1].iov_len;
+		break;
+	case MAX_IOV + 3:
+		shared = io->iov[0].iov_len;
+		break;
+	}
+	if (shared > first) /* the writer changed its buffers meanwhile */
+		return -1;
+	return first - shared;
 }
 
 #endif
