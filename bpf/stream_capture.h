@@ -29,17 +29,20 @@ struct {
  * record (request, response head, body bytes) to go in: the rest is kept
  * for the records that time and end streams. A flood of requests to
  * capture would otherwise fill the ring, and the END records lost to it
- * would leave their streams open until they expire. */
+ * would leave their streams open until they expire. CPUs that check at
+ * the same moment can each still add a record: the kept room is short of
+ * a quarter by at most a slice per CPU. */
 const volatile __u64 payload_room = 0xffffffff;
 
 /* payload_output sends a payload record of size bytes at rec, or counts
- * it shed when more than payload_room bytes wait in the ring, or lost
- * when the ring has no room. */
-static __always_inline int payload_output(void *rec, __u64 size)
+ * it shed when it would take the ring past payload_room (unless keep: a
+ * TLS ClientHello, once per connection, names the server for every call
+ * on it), or lost when the ring has no room. */
+static __always_inline int payload_output(void *rec, __u64 size, const int keep)
 {
 	__u64 waiting = bpf_ringbuf_query(&tw_st_events, BPF_RB_AVAIL_DATA);
 	__u32 lost = TW_ST_COUNTER_SHED;
-	if (waiting <= payload_room) {
+	if (keep || waiting + size <= payload_room) {
 		if (!bpf_ringbuf_output(&tw_st_events, rec, size, wakeup_flags(waiting)))
 			return 0;
 		lost = TW_ST_COUNTER_RINGBUF_LOST;
@@ -124,7 +127,7 @@ static __always_inline int payload_send(struct payload_buf *b, const void *src, 
 		return -1;
 	}
 	b->h.id.len = len;
-	return payload_output(b, sizeof(b->h) + len);
+	return payload_output(b, sizeof(b->h) + len, b->h.id.kind == TW_REC_TLS_HELLO);
 }
 
 #define REQ_SLICES 16 /* slices one read may send: 64 KiB */

@@ -24,18 +24,18 @@ static __always_inline int is_hex(char c)
  * OpenAI-style SSE stream: bare, or framed as one chunk of a chunked body
  * ("e\r\ndata: [DONE]\n\n\r\n", as Go's net/http and uvicorn send it).
  * b holds the write's last len bytes: all of it, or all but its first cut
- * (1 to 4: the size's digits, in a buffer of their own as Node's http
- * module writes them, so b starts at the size line's CRLF). */
+ * (up to 6: the chunk-size line or its digits, in buffers of their own as
+ * Node's http module writes them, so b starts at the line's CRLF or after
+ * it). */
 static __always_inline int is_done_event(const char b[32], __u64 len, __u64 cut)
 {
-	if (len < 12 || len > 32 || cut > 4)
+	if (len < 12 || len > 32 || cut > 6)
 		return 0;
 	__u32 off = 0;
 	/* An optional chunk-size line: up to 4 hex digits and CRLF. */
 	if (cut) {
-		if (b[0] != '\r' || b[1] != '\n')
-			return 0;
-		off = 2;
+		if (b[0] == '\r' && b[1] == '\n')
+			off = 2;
 	} else if (is_hex(b[0])) {
 		if (b[1] == '\r' && b[2] == '\n')
 			off = 3;
@@ -115,7 +115,7 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 		return flags;
 	b->h.id.reason = flags;
 	b->h.id.len = n;
-	payload_output(b, sizeof(b->h) + n);
+	payload_output(b, sizeof(b->h) + n, 0);
 	return flags;
 }
 
@@ -304,8 +304,10 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 	return WRITE_PEEKED;
 }
 
-/* short_flags classifies a body write of ret <= 32 bytes, read whole
- * (a: its syscall's arguments, as io_window takes them). */
+/* short_flags classifies a body write of ret <= 32 bytes, read whole, or
+ * but for its first buffers when it has more than MAX_IOV (a: its
+ * syscall's arguments, as io_window takes them). The first body write's
+ * start goes out before io_window replaces io's buffers. */
 static __always_inline __u8 short_flags(const struct sock *sk, const struct stream_state *st,
 					struct user_io *io, __u64 ret, const struct syscall_args *a)
 {
@@ -320,7 +322,8 @@ static __always_inline __u8 short_flags(const struct sock *sk, const struct stre
 
 /* gathered_flags classifies a body write of ret > 32 bytes from its
  * buffers: the ones holding its last byte, and the one before (a: its
- * syscall's arguments). */
+ * syscall's arguments). The first body write's start goes out before
+ * io_window replaces io's buffers. */
 static __always_inline __u8 gathered_flags(const struct sock *sk, const struct stream_state *st,
 					   struct user_io *io, __u64 ret, const struct syscall_args *a)
 {

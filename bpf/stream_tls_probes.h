@@ -84,7 +84,7 @@ static __always_inline void pend_send(const struct tls_call_key *key, const stru
 		payload_head(p, sk, st, TW_REC_REQUEST, 0, n);
 		p->h.offset = st->req_captured;
 		p->h.id.len = len;
-		payload_output(p, sizeof(p->h) + len);
+		payload_output(p, sizeof(p->h) + len, 0);
 	}
 	st->req_captured += n;
 	bpf_map_delete_elem(&tw_st_tls_pend, key);

@@ -21,7 +21,8 @@
 
 #define MAX_IOV 4 /* iovecs copied per readv/writev/recvmsg/sendmsg */
 
-/* user_io: the first nr buffers of a syscall, copied. */
+/* user_io: the first nr buffers of a syscall, copied (or, after
+ * io_window, the last MAX_IOV of a write's). */
 struct user_io {
 	struct iovec iov[MAX_IOV];
 	__u32 nr;
@@ -226,8 +227,8 @@ static __always_inline int syscall_io_of(const struct syscall_args *a, struct us
  * the write has at most 2 * MAX_IOV buffers (so that the first and the
  * last MAX_IOV are all of them): Node's http module writes an event and
  * res.end()'s chunked terminator in one tick as five. It returns how many
- * of the write's bytes come before io->iov[0] (0: io unchanged), or -1
- * when its end is not found that way. a: the syscall's arguments (NULL:
+ * of the write's bytes come before io->iov[0], or -1 when its end is not
+ * found that way. a: the syscall's arguments (NULL:
  * io holds all of the write's buffers). One read, and few values live
  * across it: the programs' call chains come near the verifier's 512
  * bytes of stack. */
@@ -260,7 +261,7 @@ static __always_inline long io_window(struct user_io *io, __u64 ret, const struc
 		shared = io->iov[0].iov_len;
 		break;
 	}
-	if (shared > first) /* the writer changed its buffers meanwhile */
+	if (shared > first) /* the writer changed its buffers meanwhile: no underflow */
 		return -1;
 	return first - shared;
 }

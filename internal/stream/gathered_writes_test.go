@@ -63,6 +63,11 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 		return [][]byte{fmt.Appendf(nil, "%x", len(ev)), []byte("\r\n"), []byte(ev), []byte("\r\n"), []byte("0\r\n\r\n")}
 	}
 	nodeDone, nodeLast := nodeEnd("data: [DONE]\n\n"), nodeEnd("data: {\"choices\":[{\"delta\":{\"content\":\"2\"}}]}\n\n")
+	// Eight buffers, the most whose end is looked for, one of them empty:
+	// the size line whole, then the event's data in two.
+	head, tail := `data: {"n":`, "2}\n\n"
+	eight := [][]byte{fmt.Appendf(nil, "%x\r\n", len(head+tail)), []byte(head), {}, []byte(tail), []byte("\r\n"), {},
+		[]byte("0\r\n"), []byte("\r\n")}
 	for _, c := range []struct {
 		name   string
 		writes [][][]byte
@@ -77,25 +82,34 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 			2*size(frame("data: 0\n\n")) + size(nodeDone)},
 		{"Node's last event and end in one tick", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), nodeLast}, 3,
 			2*size(frame("data: 0\n\n")) + size(nodeLast)},
+		{"eight buffers, two empty", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), eight}, 3,
+			2*size(frame("data: 0\n\n")) + size(eight)},
 		{"trailers", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), {[]byte("0\r\nX-Usage: 5\r\n\r\n")}}, 2,
 			2*size(frame("data: 0\n\n")) + uint64(len("0\r\nX-Usage: 5\r\n\r\n"))},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			port := writesServer(t, c.writes)
-			tr, err := Open(testConfig(port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
-			conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
-			io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
-			readChunked(t, bufio.NewReader(conn))
-			e := requireCompleted(t, rec.ends(t, 1), 1)[0]
-			if e.Stats.Chunks != c.chunks || e.Stats.Bytes != c.bytes || e.Reason != EndTerminator {
-				t.Errorf("%d chunks, %d bytes, end %v; want %d chunks, %d bytes, ended by the terminator",
-					e.Stats.Chunks, e.Stats.Bytes, e.Reason, c.chunks, c.bytes)
-			}
-		})
+		// Where the kernel's copy of a write is read (6.2+), the writer's
+		// buffers are read only for short writes: tailByUser reads them
+		// for every write, as kernels before 6.2 do.
+		for _, byUser := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/tailByUser=%v", c.name, byUser), func(t *testing.T) {
+				port := writesServer(t, c.writes)
+				cfg := testConfig(port)
+				cfg.tailByUser = byUser
+				tr, err := Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec := record(t, tr)
+				conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
+				io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+				readChunked(t, bufio.NewReader(conn))
+				e := requireCompleted(t, rec.ends(t, 1), 1)[0]
+				if e.Stats.Chunks != c.chunks || e.Stats.Bytes != c.bytes || e.Reason != EndTerminator {
+					t.Errorf("%d chunks, %d bytes, end %v; want %d chunks, %d bytes, ended by the terminator",
+						e.Stats.Chunks, e.Stats.Bytes, e.Reason, c.chunks, c.bytes)
+				}
+			})
+		}
 	}
 }
 

@@ -104,10 +104,11 @@ type Record struct {
 	// Client: the record is about a client connection's call (its
 	// request written, its response read).
 	Client bool
-	// Port is the stream's server port: the socket's own, or its peer's
-	// on a client's stream.
+	// Port, on payload records (Request, Response, Body, TLSHello), is the
+	// stream's server port: the socket's own, or its peer's on a client's
+	// stream. 0 on the others.
 	Port uint16
-	Data   []byte
+	Data []byte
 
 	// Progress, End and Chunk.
 	Stats Stats

@@ -307,10 +307,13 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		o.response(rec.Data, !a.cfg.NoResponseDetails)
 		o.pid, o.comm = rec.PID, rec.Comm
 		o.port = cmp.Or(o.port, rec.Port)
+		o.cl.client = o.cl.client || rec.Client // its request's record may have been shed
 		o.respTS = rec.TS
 	case stream.KindBody:
 		o = a.opened(o, rec.ID)
 		o.body(rec.Flags, rec.Data)
+		o.port = cmp.Or(o.port, rec.Port)
+		o.cl.client = o.cl.client || rec.Client
 	case stream.KindProgress:
 		o = a.opened(o, rec.ID)
 		if !o.remote.IsValid() {

@@ -1,10 +1,12 @@
 package streamagg
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -436,4 +438,27 @@ func TestSpanBufferGrowsToMaxSpansInOneStep(t *testing.T) {
 	h.run(simple(seq, "/v1/chat/completions", "m"))
 	require.Equal(t, 3000, cap(h.a.spans), "a full buffer past the jump grows to MaxSpans")
 	require.Len(t, h.a.TakeSpans(nil), int(seq))
+}
+
+// A stream stuck before its first chunk has no PROGRESS to carry its
+// socket's addresses: the idle timeout ends it on the server port its
+// payload records carried, a server's own or, on a client's stream whose
+// request record was shed, its peer's.
+func TestIdleStreamBeforeItsFirstChunkKeepsItsPort(t *testing.T) {
+	h := newHarness(testConfig())
+	h.a.Add(&stream.Record{Kind: stream.KindRequest, ID: stream.ID{Sock: 1, Seq: 1}, TS: 1, PID: 7, Port: 8000,
+		Data: []byte("POST /v1/chat/completions HTTP/1.1\r\n\r\n")})
+	h.a.Add(&stream.Record{Kind: stream.KindResponse, ID: stream.ID{Sock: 1, Seq: 1}, TS: 2, PID: 7, Port: 8000,
+		Data: []byte(sseHead)})
+	h.a.Add(&stream.Record{Kind: stream.KindResponse, ID: stream.ID{Sock: 2, Seq: 1}, TS: 2, PID: 8, Port: 443,
+		Client: true, Data: []byte(sseHead)})
+	require.Equal(t, 2, h.a.ExpireIdle(time.Now().Add(time.Second)))
+	spans := h.a.TakeSpans(nil)
+	require.Len(t, spans, 2)
+	slices.SortFunc(spans, func(a, b Span) int { return cmp.Compare(a.Port, b.Port) })
+	require.True(t, spans[0].ClientCall, "a client's stream by its head record alone")
+	require.EqualValues(t, 443, spans[0].Port)
+	require.Equal(t, stream.EndIdle, spans[1].EndReason)
+	require.False(t, spans[1].ClientCall)
+	require.EqualValues(t, 8000, spans[1].Port)
 }
