@@ -12,7 +12,8 @@ import (
 
 // maxCombinedStack is what the verifier allows a program and the
 // functions it calls to take of the stack together, each function's part
-// rounded up to 32 bytes (kernel/bpf/verifier.c, check_max_stack_depth).
+// rounded up to 32 bytes (kernel/bpf/verifier.c, check_max_stack_depth;
+// newer kernels round JITed programs' to 16: 32 is the bound for all).
 const maxCombinedStack = 512
 
 // Every program's deepest chain of calls fits the verifier's 512 bytes of
@@ -41,36 +42,57 @@ func TestCallChainsFitTheStack(t *testing.T) {
 }
 
 // deepestChain returns the most stack a program's calls can take together,
-// and the chain that takes it, from the stack offsets each function uses.
+// and the chain that takes it, from the stack offsets each function uses:
+// through the frame pointer, and through registers that straight-line code
+// set from it (a pointer spilled to the stack and loaded back is not
+// followed; the compiler keeps stack addresses in registers).
 func deepestChain(prog string, insns asm.Instructions) (int, string) {
 	frames := map[string]int{}
 	calls := map[string][]string{}
 	fn := prog
-	fromFP := map[asm.Register]bool{} // registers holding the frame pointer, copied
+	// fp holds the registers that point into the stack, with their offset
+	// from the frame pointer, as straight-line code copies and moves them.
+	fp := map[asm.Register]int64{asm.R10: 0}
 	for _, ins := range insns {
 		if sym := ins.Symbol(); sym != "" {
-			fn, fromFP = sym, map[asm.Register]bool{}
+			fn, fp = sym, map[asm.Register]int64{asm.R10: 0}
 		}
 		if ins.IsFunctionCall() {
 			calls[fn] = append(calls[fn], ins.Reference())
 		}
-		depth := 0
+		depth := int64(0)
+		op := ins.OpCode
 		switch {
-		case ins.OpCode.Class().IsLoad() || ins.OpCode.Class().IsStore():
-			if (ins.Dst == asm.R10 || ins.Src == asm.R10) && ins.Offset < 0 {
-				depth = -int(ins.Offset)
+		case op.Class().IsStore():
+			if off, ok := fp[ins.Dst]; ok {
+				depth = -(off + int64(ins.Offset))
 			}
-		case ins.OpCode.Class().IsALU():
+		case op.Class().IsLoad():
+			if off, ok := fp[ins.Src]; ok {
+				depth = -(off + int64(ins.Offset))
+			}
+			delete(fp, ins.Dst)
+		case op.Class().IsALU() && ins.Dst != asm.R10:
+			off, ok := fp[ins.Dst]
 			switch {
-			case ins.OpCode.ALUOp() == asm.Mov && ins.OpCode.Source() == asm.RegSource && ins.Src == asm.R10:
-				fromFP[ins.Dst] = true
+			case op.ALUOp() == asm.Mov && op.Source() == asm.RegSource:
+				if src, isFP := fp[ins.Src]; isFP {
+					fp[ins.Dst] = src
+					continue
+				}
+			case op.ALUOp() == asm.Add && op.Source() == asm.ImmSource && ok:
+				fp[ins.Dst] = off + ins.Constant
+				depth = -(off + ins.Constant) // a stack buffer's address, handed to a helper
+				frames[fn] = max(frames[fn], int(depth))
 				continue
-			case ins.OpCode.ALUOp() == asm.Add && ins.OpCode.Source() == asm.ImmSource && fromFP[ins.Dst] && ins.Constant < 0:
-				depth = -int(ins.Constant) // a stack buffer's address, handed to a helper
 			}
-			delete(fromFP, ins.Dst)
+			delete(fp, ins.Dst)
+		case op.JumpOp() == asm.Call:
+			for r := asm.R0; r <= asm.R5; r++ {
+				delete(fp, r)
+			}
 		}
-		frames[fn] = max(frames[fn], depth)
+		frames[fn] = max(frames[fn], int(depth))
 	}
 	var walk func(f string, seen []string) (int, []string)
 	walk = func(f string, seen []string) (int, []string) {

@@ -26,8 +26,8 @@ struct {
 } tw_st_buf SEC(".maps");
 
 /* How many bytes may wait in the ring, set by user space, for a payload
- * record (request, response head, body bytes) to go in: the rest is kept
- * for the records that time and end streams. A flood of requests to
+ * record (request and body bytes) to go in: the rest is kept for the
+ * records that time and end streams, and for response heads. A flood of requests to
  * capture would otherwise fill the ring, and the END records lost to it
  * would leave their streams open until they expire. CPUs that check at
  * the same moment can each still add a record: the kept room is short of
@@ -36,13 +36,15 @@ const volatile __u64 payload_room = 0xffffffff;
 
 /* payload_output sends a payload record of size bytes at rec, or counts
  * it shed when it would take the ring past payload_room (unless keep: a
- * TLS ClientHello, once per connection, names the server for every call
- * on it), or lost when the ring has no room. */
+ * response's head, which decides whether it is a stream, and a TLS
+ * ClientHello, once per connection, which names the server for every
+ * call on it), or lost when the ring has no room. */
 static __always_inline int payload_output(void *rec, __u64 size, const int keep)
 {
 	__u64 waiting = bpf_ringbuf_query(&tw_st_events, BPF_RB_AVAIL_DATA);
 	__u32 lost = TW_ST_COUNTER_SHED;
-	if (keep || waiting + size <= payload_room) {
+	/* A record takes its size and an 8-byte header, rounded up to 8. */
+	if (keep || waiting + ((size + 15) & ~7ULL) <= payload_room) {
 		if (!bpf_ringbuf_output(&tw_st_events, rec, size, wakeup_flags(waiting)))
 			return 0;
 		lost = TW_ST_COUNTER_RINGBUF_LOST;

@@ -115,7 +115,9 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 		return flags;
 	b->h.id.reason = flags;
 	b->h.id.len = n;
-	payload_output(b, sizeof(b->h) + n, 0);
+	/* Kept under a flood, as the ClientHello is: the head decides whether
+	 * the response is a stream at all, and its mode. */
+	payload_output(b, sizeof(b->h) + n, 1);
 	return flags;
 }
 
@@ -136,16 +138,24 @@ static __always_inline void send_body(const struct sock *sk, const struct stream
 
 /* Scratch room for the end of a write (sent_flags): a stack buffer
  * cannot take a copy at a variable offset on every kernel, and the
- * stack is tight. Copies go at offsets up to 31, of up to 32 bytes. */
+ * stack is tight. Copies go at offsets up to 31, of up to 32 bytes.
+ * owner is the task using it: fentry and uprobe programs run with
+ * preemption on where the kernel is preemptible, and another task's
+ * program can take the room meanwhile. */
+struct write_end {
+	char b[64];
+	__u64 owner;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, char[64]);
+	__type(value, struct write_end);
 } tw_st_scratch SEC(".maps");
 
 /* gather_short copies a write of ret <= 32 bytes, spread over its
- * buffers, into tmp, tw_st_scratch's value (an SSE event with its chunk
+ * buffers, into tmp, 64 bytes of room (an SSE event with its chunk
  * framing in separate buffers, as Node's http module writes them). */
 static __always_inline int gather_short(const struct user_io *io, __u64 ret, char *tmp)
 {
@@ -192,12 +202,13 @@ static __always_inline const char *last_iov(const struct user_io *io, __u64 ret,
 	return NULL;
 }
 
-/* sent_flags classifies a finished write of ret bytes by its last bytes,
+/* end_flags classifies a finished write of ret bytes by its last bytes,
  * read from the syscall's buffers (io, holding all but the first cut of
  * them: io_window): the chunked terminator (alone, or after the last
  * chunk's CRLF), a terminating chunk with trailers, or an SSE "[DONE]"
- * event written on its own (the whole write is short then). */
-static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u64 cut)
+ * event written on its own (the whole write is short then). b: room for
+ * 64 bytes. */
+static __always_inline __u8 end_flags(const struct user_io *io, __u64 ret, __u64 cut, char *b)
 {
 	/* The buffer holding the write's last byte, and how much of it went. */
 	const char *base, *prev;
@@ -206,13 +217,7 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u6
 	if (!base || used == 0)
 		return WRITE_PEEKED;
 	/* b[0, n) is the end of the write: all that io holds of it when
-	 * short. In the scratch map, not on the stack: the programs' call
-	 * chains come near the verifier's 512 bytes. */
-	__u32 zero = 0;
-	char *b = bpf_map_lookup_elem(&tw_st_scratch, &zero);
-	if (!b)
-		return WRITE_PEEKED;
-	__builtin_memset(b, 0, 32);
+	 * short. */
 	__u32 n;
 	int whole = ret <= 32;
 	if (whole && used < left) {
@@ -248,6 +253,24 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u6
 	if (is_done_event(b, n, cut))
 		return WRITE_PEEKED | WRITE_TERMINATOR;
 	return WRITE_PEEKED;
+}
+
+/* sent_flags is end_flags with the write's end in tw_st_scratch, not on
+ * the stack: the programs' call chains come near the verifier's 512
+ * bytes. */
+static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u64 cut)
+{
+	__u32 zero = 0;
+	struct write_end *s = bpf_map_lookup_elem(&tw_st_scratch, &zero);
+	if (!s)
+		return WRITE_PEEKED;
+	__u64 me = bpf_get_current_pid_tgid();
+	s->owner = me;
+	__builtin_memset(s->b, 0, 32);
+	__u8 flags = end_flags(io, ret, cut, s->b);
+	/* Another task's program took the room meanwhile: the bytes read may
+	 * be its write's. */
+	return s->owner == me ? flags : WRITE_PEEKED;
 }
 
 /* ends_stream_event tells, from the last bytes of a write (t, 16 of

@@ -274,6 +274,12 @@ const (
 	StreamTwTlsProcStateTW_TLS_PROC_UNPROBEABLE StreamTwTlsProcState = 3
 )
 
+type StreamWriteEnd struct {
+	_     structs.HostLayout
+	B     [64]int8
+	Owner uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.

@@ -147,7 +147,7 @@ static __always_inline __u64 user_r14(void)
 }
 
 /* syscall_io fills io from the current syscall's arguments. */
-static __always_inline int syscall_io_of(const struct syscall_args *sa, struct user_io *io);
+static __always_inline int syscall_io_of(const struct syscall_args *a, struct user_io *io);
 
 static __always_inline int syscall_io(struct user_io *io)
 {

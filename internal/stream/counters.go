@@ -34,9 +34,9 @@ type Counters struct {
 	// or an upper layer such as kTLS, a send call other than write,
 	// writev, sendto or sendmsg, a fragment with fewer than 16 bytes).
 	TailFromUser uint64
-	// Shed counts payload records (request, response head and body bytes)
-	// not sent because the ring buffer was three quarters full: its last
-	// quarter is kept for the records that time and end streams.
+	// Shed counts request and body records not sent because the ring
+	// buffer was three quarters full: its last quarter is kept for the
+	// records that time and end streams, and for response heads.
 	Shed uint64
 }
 

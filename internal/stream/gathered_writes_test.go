@@ -65,6 +65,13 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 	nodeDone, nodeLast := nodeEnd("data: [DONE]\n\n"), nodeEnd("data: {\"choices\":[{\"delta\":{\"content\":\"2\"}}]}\n\n")
 	// Eight buffers, the most whose end is looked for, one of them empty:
 	// the size line whole, then the event's data in two.
+	// Six: [DONE] and its blank line apart, so that the window of the
+	// last four starts at the event. Seven: an event in two, after an
+	// empty buffer that starts the window.
+	six := [][]byte{[]byte("e"), []byte("\r\n"), []byte("data: [DONE]"), []byte("\n\n"), []byte("\r\n"), []byte("0\r\n\r\n")}
+	first, rest := `data: {"choices":[{"delta":`, `{"content":"2"}}]}`+"\n\n"
+	seven := [][]byte{fmt.Appendf(nil, "%x", len(first+rest)), []byte("\r\n"), []byte(first), {}, []byte(rest), []byte("\r\n"),
+		[]byte("0\r\n\r\n")}
 	head, tail := `data: {"n":`, "2}\n\n"
 	eight := [][]byte{fmt.Appendf(nil, "%x\r\n", len(head+tail)), []byte(head), {}, []byte(tail), []byte("\r\n"), {},
 		[]byte("0\r\n"), []byte("\r\n")}
@@ -82,6 +89,10 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 			2*size(frame("data: 0\n\n")) + size(nodeDone)},
 		{"Node's last event and end in one tick", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), nodeLast}, 3,
 			2*size(frame("data: 0\n\n")) + size(nodeLast)},
+		{"six buffers, [DONE] apart", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), six}, 2,
+			2*size(frame("data: 0\n\n")) + size(six)},
+		{"seven buffers, the window starting empty", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), seven}, 3,
+			2*size(frame("data: 0\n\n")) + size(seven)},
 		{"eight buffers, two empty", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), eight}, 3,
 			2*size(frame("data: 0\n\n")) + size(eight)},
 		{"trailers", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), {[]byte("0\r\nX-Usage: 5\r\n\r\n")}}, 2,

@@ -428,10 +428,11 @@ func (t *Tracer) Close() error {
 func (t *Tracer) HookPoints() []HookPoint { return t.points }
 
 // payloadRoom is how many bytes may wait in a ring of size bytes for a
-// payload record (request, response head, body bytes) to go in: three
-// quarters of it. The last quarter is kept for the PROGRESS and END
-// records that time and end streams, so that a flood of requests sheds
-// their bytes (Counters.Shed) and keeps their measurements.
+// request or body record to go in: three quarters of it. The last quarter
+// is kept for the PROGRESS and END records that time and end streams, and
+// for response heads (which say whether a response is a stream), so that
+// a flood of requests sheds their bytes (Counters.Shed) and keeps their
+// measurements.
 func payloadRoom(size uint32) uint64 {
 	return uint64(size) - uint64(size)/4
 }

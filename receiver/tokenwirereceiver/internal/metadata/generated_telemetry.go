@@ -335,7 +335,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverTokenwirePayloadsShed, err = builder.meter.Int64ObservableCounter(
 		"otelcol_receiver_tokenwire_payloads_shed",
-		metric.WithDescription("Request, response head and body records the stream probe did not send because they would have taken its ring buffer past three quarters full: the last quarter is kept for the records that time and end streams. Their streams are measured; their request or response details (server.address, model, token usage) are missing. A rising count means the reader falls behind: raise ring_buffer_size or lower streams.request_capture_bytes. [Development]"),
+		metric.WithDescription("Request and response body records the stream probe did not send because they would have taken its ring buffer past three quarters full: the last quarter is kept for the records that time and end streams, and for response heads. Their streams are measured; their request or response details (method, route, model, server.address, token usage) are missing. A rising count means the reader falls behind: raise ring_buffer_size or lower streams.request_capture_bytes. [Development]"),
 		metric.WithUnit("{payload}"),
 	)
 	errs = errors.Join(errs, err)

@@ -68,7 +68,7 @@ func AssertEqualReceiverTokenwireMapEntries(t *testing.T, tt *componenttest.Tele
 func AssertEqualReceiverTokenwirePayloadsShed(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_payloads_shed",
-		Description: "Request, response head and body records the stream probe did not send because they would have taken its ring buffer past three quarters full: the last quarter is kept for the records that time and end streams. Their streams are measured; their request or response details (server.address, model, token usage) are missing. A rising count means the reader falls behind: raise ring_buffer_size or lower streams.request_capture_bytes. [Development]",
+		Description: "Request and response body records the stream probe did not send because they would have taken its ring buffer past three quarters full: the last quarter is kept for the records that time and end streams, and for response heads. Their streams are measured; their request or response details (method, route, model, server.address, token usage) are missing. A rising count means the reader falls behind: raise ring_buffer_size or lower streams.request_capture_bytes. [Development]",
 		Unit:        "{payload}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
