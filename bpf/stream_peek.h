@@ -88,12 +88,41 @@ static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 	return has_chunked(d, n) ? TW_RESP_HTTP | TW_RESP_CHUNKED : TW_RESP_HTTP;
 }
 
-/* peek_response sends the head of the response's first write (len bytes
- * at base, total bytes in the write) to user space, which finds where its
- * headers end, and returns its head_flags. An interim head is not sent:
- * the stream's head is the final one. */
+/* gather_head appends to a response's first write's bytes in d (n of
+ * them, its first buffer's) those of its next buffers (io), up to
+ * TW_PEEK_MAX and the write's total bytes, and returns how many d holds.
+ * Node's http module writes the head and the first event's size line in
+ * one buffer, the CRLF and the event in the next two: the event (the
+ * response's model and id) goes out with the head, as it does from
+ * servers that write both from one buffer. */
+static __always_inline __u64 gather_head(__u8 *d, __u64 n, const struct user_io *io, __u64 total)
+{
+	for (int i = 1; i < MAX_IOV; i++) {
+		if (i >= io->nr || n >= TW_PEEK_MAX || n >= total)
+			break;
+		__u64 take = io->iov[i].iov_len;
+		if (take > TW_PEEK_MAX - n)
+			take = TW_PEEK_MAX - n;
+		if (take > total - n)
+			take = total - n;
+		if (take == 0)
+			continue;
+		take = read_size(take, TW_PEEK_MAX);
+		if (bpf_probe_read_user(d + (n & (TW_PEEK_MAX - 1)), take, io->iov[i].iov_base))
+			break;
+		n += take;
+	}
+	return read_size(n, TW_PEEK_MAX);
+}
+
+/* peek_response sends the start of the response's first write to user
+ * space, which finds where its headers end and reads the body bytes
+ * after them, and returns its head_flags, read from the first buffer
+ * (len bytes at base; total bytes in the write; io: all its buffers, or
+ * NULL for one). An interim head is not sent: the stream's head is the
+ * final one. */
 static __always_inline __u8 peek_response(const struct sock *sk, struct stream_state *st,
-					  const void *base, __u64 len, __u64 total)
+					  const void *base, __u64 len, __u64 total, const struct user_io *io)
 {
 	struct payload_buf *b = payload_start(sk, st, TW_REC_RESPONSE, 0, total);
 	if (!b)
@@ -105,6 +134,10 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 		count(&tw_st_counters, TW_ST_COUNTER_UNREAD); /* as in payload_send */
 		return 0;
 	}
+	/* The record's length waits in memory: a register would hold it
+	 * through head_flags, with a bound of its own on every way through
+	 * gather_head, and the verifier would walk head_flags for each. */
+	b->h.id.len = io && io->nr > 1 ? gather_head(b->data, n, io, total) : n;
 	__u8 flags = head_flags(b->data, n);
 	if (flags & TW_RESP_INTERIM)
 		return flags;
@@ -114,7 +147,7 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	if (st->state == TW_ST_IDLE && !(flags & TW_RESP_HTTP))
 		return flags;
 	b->h.id.reason = flags;
-	b->h.id.len = n;
+	n = read_size(*(volatile __u16 *)&b->h.id.len, TW_PEEK_MAX);
 	/* Kept under a flood, as the ClientHello is: the head decides whether
 	 * the response is a stream at all, and its mode. */
 	payload_output(b, sizeof(b->h) + n, 1);
@@ -134,6 +167,26 @@ static __always_inline void send_body(const struct sock *sk, const struct stream
 		return;
 	b->h.offset = tail ? total - n : 0;
 	payload_send(b, tail ? start + len - n : start, n);
+}
+
+/* send_first sends the start of a response's first body write of ret
+ * bytes from its buffers (io): the first buffer, unless it holds 8 bytes
+ * or fewer and more follow, then the third. Node's http module writes an
+ * event as size line, CRLF, event, CRLF; a walk of the buffers would cost
+ * the write program's verification dear, this is a few branches. */
+static __always_inline void send_first(const struct sock *sk, const struct stream_state *st,
+				       const struct user_io *io, __u64 ret)
+{
+	const char *base = io->iov[0].iov_base;
+	__u64 len = io->iov[0].iov_len, skip = 0; /* bytes of the buffers passed over */
+	if (len <= 8 && io->nr >= 3) {
+		skip = len + io->iov[1].iov_len;
+		base = io->iov[2].iov_base;
+		len = io->iov[2].iov_len;
+	}
+	if (skip >= ret)
+		return;
+	send_body(sk, st, TW_BODY_FIRST, base, len < ret - skip ? len : ret - skip, ret, 0);
 }
 
 /* Scratch room for the end of a write (sent_flags): a stack buffer
@@ -335,8 +388,7 @@ static __always_inline __u8 short_flags(const struct sock *sk, const struct stre
 					struct user_io *io, __u64 ret, const struct syscall_args *a)
 {
 	if (st->chunks == 0)
-		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret,
-			  ret, 0);
+		send_first(sk, st, io, ret);
 	long cut = io_window(io, ret, a);
 	if (cut < 0)
 		return WRITE_PEEKED;
@@ -351,7 +403,7 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 					   struct user_io *io, __u64 ret, const struct syscall_args *a)
 {
 	if (st->chunks == 0)
-		send_body(sk, st, TW_BODY_FIRST, io->iov[0].iov_base, io->iov[0].iov_len < ret ? io->iov[0].iov_len : ret, ret, 0);
+		send_first(sk, st, io, ret);
 	long cut = io_window(io, ret, a);
 	if (cut < 0)
 		return WRITE_PEEKED;
@@ -445,16 +497,17 @@ static __always_inline __u8 head_ends(__u8 head, const char *buf, __u64 n)
  * a client's read; peek_sent) by its head, read from the syscall's first
  * buffer: a response's head is sent to user space, an interim head or a
  * write that is no head is not; a chunked response that the buffer
- * carried whole ends there (head_ends; a gathered write is not looked at
- * further, which keeps this, checked once per caller's state, cheap to
- * verify). */
+ * carried whole ends there (head_ends). The buffers of a gathered write
+ * after its first go out with the head (gather_head), but its end is not
+ * looked for, which keeps this, checked once per caller's state, cheap to
+ * verify. */
 static __noinline __u8 head_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	struct user_io io;
 	if (syscall_io(&io))
 		return 0;
 	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
-	__u8 head = peek_response(sk, st, io.iov[0].iov_base, len, ret);
+	__u8 head = peek_response(sk, st, io.iov[0].iov_base, len, ret, &io);
 	__u8 flags = WRITE_PEEKED | (head << WRITE_HEAD_SHIFT);
 	if (len == (__u64)ret)
 		flags |= head_ends(head, io.iov[0].iov_base, len);
@@ -478,7 +531,7 @@ static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state
 static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_state *st, const char *buf, __u64 n)
 {
 	if (st->state != TW_ST_RESPONSE) {
-		__u8 head = peek_response(sk, st, buf, n, n);
+		__u8 head = peek_response(sk, st, buf, n, n, NULL);
 		return WRITE_PEEKED | (head << WRITE_HEAD_SHIFT) | head_ends(head, buf, n);
 	}
 	if (n <= 32) {

@@ -41,11 +41,7 @@ func TestClientCallIsMeasured(t *testing.T) {
 	other, _ := serve(t, &teststack.SSEServer{Interval: time.Millisecond, Events: 3, Done: teststack.DoneWithEnd})
 	cfg := testConfig(1) // no server on port 1: only the client side is measured
 	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Names: []string{"curl"}}
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	tr, rec := traceWith(t, cfg)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -127,11 +123,7 @@ func TestGoClientCallInKernel(t *testing.T) {
 	addr, port := serve(t, srv)
 	cfg := testConfig(1)
 	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Pids: []uint32{uint32(os.Getpid())}}
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	tr, rec := traceWith(t, cfg)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	var arrivals [][]uint64 // each call's events, when they reached the client
 	for range calls {
@@ -226,11 +218,7 @@ func TestUnreadRequestIsCounted(t *testing.T) {
 	cfg := testConfig(1)
 	cfg.RequestCaptureBytes = 64 << 10
 	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Pids: []uint32{uint32(os.Getpid())}}
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	tr, rec := traceWith(t, cfg)
 
 	const size, writes = 16, 4096 // within the capture budget: every write is captured or counted
 	page, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)

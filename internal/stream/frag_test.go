@@ -61,12 +61,8 @@ func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
 			}
 			cfg := testConfig(ports...)
 			cfg.tailByUser = byUser
-			tr, err := Open(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tr, rec := traceWith(t, cfg)
 			t.Logf("write tails from %s", tr.TailSource())
-			rec := record(t, tr)
 			seen := map[ID]bool{}
 			for i, mode := range modes {
 				t.Run(string(mode), func(t *testing.T) {

@@ -106,11 +106,7 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 				port := writesServer(t, c.writes)
 				cfg := testConfig(port)
 				cfg.tailByUser = byUser
-				tr, err := Open(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				rec := record(t, tr)
+				_, rec := traceWith(t, cfg)
 				conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
 				io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
 				readChunked(t, bufio.NewReader(conn))
@@ -128,22 +124,26 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 // res.end()'s terminator go out in one writev of five buffers, one more
 // than the programs copy. Three streams on one keep-alive connection each
 // end at their terminator with the server's own counts, and the [DONE]
-// event is no chunk.
+// event is no chunk. Each one's first event reaches user space
+// (checkPlainStream), though no buffer starts with it: the head goes out
+// with the first event (head and size line, CRLF, event, CRLF), or, for
+// the second stream, on its own first (res.flushHeaders()), and the first
+// event in a writev that starts with its size line.
 func TestNodeStreamsEndAtTheirTerminator(t *testing.T) {
 	bpftest.Require(t)
 	srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: 4,
 		Think: 10 * time.Millisecond, Interval: 5 * time.Millisecond})
-	tr, err := Open(testConfig(uint16(srv.Port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, uint16(srv.Port))
 	client := &teststack.SDKClient{SDK: teststack.SDKPython, Addr: srv.Addr}
 	defer client.Close()
 	var sent []uint64
 	for i := range 3 {
 		sent = append(sent, teststack.MonotonicNow())
-		res, err := client.Chat(teststack.ChatRequest{Model: "llama-3-8b", Stream: true})
+		req := teststack.ChatRequest{Model: "llama-3-8b", Stream: true}
+		if i == 1 {
+			req.Path = "/v1/chat/completions?flush_headers=1"
+		}
+		res, err := client.Chat(req)
 		if err != nil || !res.Done || res.Reused != (i > 0) {
 			t.Fatalf("request %d: %v; done %v, on a reused connection %v", i, err, res.Done, res.Reused)
 		}

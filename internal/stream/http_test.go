@@ -96,11 +96,7 @@ func readChunked(t *testing.T, br *bufio.Reader) *http.Response {
 func TestInterimContinueIsNotTheHead(t *testing.T) {
 	bpftest.Require(t)
 	addr, port := serve(t, sseEvents(3, nil))
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, port)
 	c := dialRaw(t, addr)
 	body := `{"messages":[{"role":"user","content":"hi"}],"model":"m-100"}`
 	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
@@ -136,11 +132,7 @@ func TestEarlyHintsAreNotTheHead(t *testing.T) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.Header().Del("Link")
 	}))
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, port)
 	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/hints")
 	if err != nil {
 		t.Fatal(err)
@@ -165,11 +157,7 @@ func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 	for _, late := range []bool{false, true} {
 		t.Run(fmt.Sprintf("second sent during the first response=%v", late), func(t *testing.T) {
 			addr, port := serve(t, sseEvents(4, nil))
-			tr, err := Open(testConfig(port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := record(t, tr)
+			_, rec := trace(t, port)
 			c := dialRaw(t, addr)
 			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
 			br := bufio.NewReader(c)
@@ -216,11 +204,7 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: 3 * time.Millisecond, Events: 3, Done: teststack.DoneFlushed, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, port)
 	const n = 20
 	for range n {
 		c := dialRaw(t, addr)
@@ -259,11 +243,7 @@ func TestCloseDelimitedResponse(t *testing.T) {
 	events := []string{"data: a\n\n", "data: b\n\n", "data: c\n\n", "data: d\n\n"}
 	raw := teststack.ServeRaw(t, time.Millisecond, 3*time.Millisecond, events)
 	addr, port := raw.Addr, raw.Port
-	tr, err := Open(testConfig(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := trace(t, port)
 	c := dialRaw(t, addr)
 	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	body, err := io.ReadAll(c)
@@ -322,11 +302,7 @@ func answerOneEvent(c net.Conn) {
 // the kernel captured of the request of the one stream that completed.
 func capturedRequest(t *testing.T, cfg Config, port uint16, request string) []byte {
 	t.Helper()
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	_, rec := traceWith(t, cfg)
 	c := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
 	io.WriteString(c, request)
 	readChunked(t, bufio.NewReader(c))

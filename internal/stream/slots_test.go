@@ -122,11 +122,7 @@ func serveWithSlots(t *testing.T, srv *teststack.SSEServer, slots uint32) (strin
 	addr, port := serve(t, srv)
 	cfg := testConfig(port)
 	cfg.StateSlots = slots
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := record(t, tr)
+	tr, rec := traceWith(t, cfg)
 	if tr.StateStorage() != "socket storage, behind slots" {
 		t.Fatalf("state in %s, want slots (the hooks: %v)", tr.StateStorage(), tr.HookPoints())
 	}

@@ -90,7 +90,13 @@ func record(t *testing.T, tr *Tracer) *recorder {
 // what it reads until the test ends.
 func trace(t *testing.T, ports ...uint16) (*Tracer, *recorder) {
 	t.Helper()
-	tr, err := Open(testConfig(ports...))
+	return traceWith(t, testConfig(ports...))
+}
+
+// traceWith is trace with a configuration of the test's own.
+func traceWith(t *testing.T, cfg Config) (*Tracer, *recorder) {
+	t.Helper()
+	tr, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,10 +91,24 @@ func headOf(t *testing.T, recs []Record) (Record, int) {
 	return Record{}, 0
 }
 
+// firstBody returns what the stream's first-body record carries (nil:
+// none) and how many such records it has.
+func firstBody(recs []Record) (data []byte, n int) {
+	for _, r := range recs {
+		if r.Kind == KindBody && r.Flags&BodyFirst != 0 {
+			if n == 0 {
+				data = r.Data
+			}
+			n++
+		}
+	}
+	return data, n
+}
+
 // checkPlainStream checks a plaintext stream, or a TLS one read as
 // plaintext (tls), against what the Python or Node server reported
 // writing and when the client sent the request: the same counts, heads
-// and bytes, and kernel stamps inside the CLOCK_MONOTONIC brackets of what
+// and bytes, the first event in user space, and kernel stamps inside the CLOCK_MONOTONIC brackets of what
 // they stand for.
 func checkPlainStream(t *testing.T, recs []Record, end Record, rep teststack.Report, sent uint64, tls bool) {
 	t.Helper()
@@ -105,7 +119,13 @@ func checkPlainStream(t *testing.T, recs []Record, end Record, rep teststack.Rep
 	if end.Reason != EndTerminator {
 		t.Errorf("stream %v: end %v, want terminator", end.ID, end.Reason)
 	}
-	if req := requestBytes(recs); !bytes.HasPrefix(req, []byte("POST /v1/chat/completions HTTP/1.1\r\n")) ||
+	// POST /v1/chat/completions, a query allowed.
+	req := requestBytes(recs)
+	line, _, _ := bytes.Cut(req, []byte("\r\n"))
+	target, post := bytes.CutPrefix(line, []byte("POST "))
+	target, http11 := bytes.CutSuffix(target, []byte(" HTTP/1.1"))
+	path, _, _ := bytes.Cut(target, []byte("?"))
+	if !post || !http11 || string(path) != "/v1/chat/completions" ||
 		!bytes.Contains(req, []byte(`"model":`)) || !bytes.HasSuffix(req, []byte("true}")) {
 		t.Errorf("stream %v: request captured %q", end.ID, req)
 	}
@@ -119,6 +139,12 @@ func checkPlainStream(t *testing.T, recs []Record, end Record, rep teststack.Rep
 		t.Errorf("stream %v: head flags %#x: %q", end.ID, head.Flags, head.Data)
 	}
 	headBody := s.HeadBody(headerLen)
+	// The first event (a response's model and id) reaches user space once.
+	body, n := firstBody(recs)
+	if ev := []byte(teststack.OpenAIEvent(0)); n > 1 || (!bytes.Contains(head.Data[headerLen:], ev) && !bytes.Contains(body, ev)) {
+		t.Errorf("stream %v: the first event reached user space neither with the head %q nor as the first body bytes %q (%d records)",
+			end.ID, head.Data[headerLen:], body, n)
+	}
 	chunks, first := s.Chunks, s.FirstChunkTS
 	if headBody > 0 { // the first event went out with the head
 		chunks, first = chunks+1, s.HeadersTS

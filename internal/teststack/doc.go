@@ -10,8 +10,8 @@
 //   - the servers users run, as child processes: Python asyncio (uvicorn
 //     with starlette or FastAPI, Debian's packages) and Node (the http
 //     module or express from npm) ([StartStack]); each prints a JSON line
-//     per request with what it wrote; the Python ones can stream another
-//     server's events instead of their own ([Replay]);
+//     per request with what it wrote, and can stream another server's
+//     events instead of its own ([Replay]);
 //   - clients: one that sends chat completions the way the official
 //     openai SDKs do ([SDKClient]), a curl runner ([Curl], [CurlWith])
 //     and a Node client ([NodeClient]);

@@ -3,7 +3,6 @@ package teststack
 import (
 	_ "embed"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,10 +17,12 @@ const pythonCommon = "servers/asgi_common.py"
 //go:embed servers/replay_server.py
 var replaySource []byte
 
-// Replay is what a Python stack streams for every POST when
+// Replay is what a Python or Node stack streams for every POST when
 // StackOptions.Replay is set: events handed to the server one at a time
-// (each becomes one HTTP/1.1 chunk in one write), the first after Think,
-// the others Interval apart. Its reports count Events as events.
+// (each becomes one HTTP/1.1 chunk: one write from uvicorn, one writev of
+// size line, CRLF, event and CRLF from Node, the first one behind the
+// head), the first after Think, the others Interval apart. Its reports
+// count Events as events.
 type Replay struct {
 	// MediaType is the response's Content-Type (text/event-stream,
 	// application/x-ndjson).
@@ -30,21 +31,17 @@ type Replay struct {
 	Think, Interval time.Duration
 }
 
-// setUp writes r where the server reads it and returns the server's
-// source.
-func (r *Replay) setUp(s Stack, dir string, env *[]string) ([]byte, error) {
-	if !s.python() {
-		return nil, fmt.Errorf("%s: replay runs on the Python stacks only", s)
-	}
+// setUp writes r where the server reads it (TW_REPLAY in env).
+func (r *Replay) setUp(dir string, env *[]string) error {
 	b, err := json.Marshal(map[string]any{"media_type": r.MediaType, "events": r.Events,
 		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	path := filepath.Join(dir, "replay.json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	*env = append(*env, "TW_REPLAY="+path)
-	return replaySource, nil
+	return nil
 }

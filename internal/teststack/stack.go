@@ -27,9 +27,10 @@ type StackOptions struct {
 	// TLS, when set, serves HTTPS with this certificate (uvicorn's
 	// --ssl-certfile/--ssl-keyfile; Node's https module).
 	TLS *TLSCert
-	// Replay, on a Python stack, streams these events instead of the
-	// server's own (servers/replay_server.py): another server's bytes,
-	// handed to uvicorn as that server hands them.
+	// Replay streams these events instead of the server's own: another
+	// server's bytes, handed to uvicorn as that server hands them
+	// (servers/replay_server.py), or relayed by a Node server
+	// (servers/stream_server.js).
 	Replay *Replay
 }
 
@@ -95,10 +96,12 @@ func StartStack(s Stack, opts StackOptions) (*StackServer, error) {
 	}
 	src, _ := files.ReadFile(script)
 	if opts.Replay != nil {
-		if src, err = opts.Replay.setUp(s, dir, &env); err != nil {
+		if err = opts.Replay.setUp(dir, &env); err != nil {
 			return nil, srv.cleanup(err)
 		}
-		script = replayScript
+		if s.python() {
+			src, script = replaySource, replayScript
+		}
 	}
 	path := filepath.Join(dir, filepath.Base(script))
 	if err := os.WriteFile(path, src, 0o644); err != nil {

@@ -46,26 +46,38 @@ func TestWireServer(t *testing.T) {
 	}
 }
 
-// TestReplay: a Python stack hands uvicorn the given events, each one
-// HTTP/1.1 chunk: the client reads them back exactly.
+// TestReplay: a Python or Node stack hands its server the given events,
+// each one HTTP/1.1 chunk: the client reads them back exactly.
 func TestReplay(t *testing.T) {
 	events := []string{"data: {\"a\":1}\n\n", "data: {\"b\":2}\n\n", "data: [DONE]\n\n"}
-	srv := ServeStack(t, StackFastAPI, StackOptions{Replay: &Replay{MediaType: "text/event-stream", Events: events,
-		Think: 20 * time.Millisecond, Interval: 5 * time.Millisecond}})
-	resp, err := http.Post(srv.URL+"/v1/anything", "application/json", strings.NewReader(`{"model":"r"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if want := strings.Join(events, ""); err != nil || string(got) != want || resp.Header.Get("Content-Type") != "text/event-stream; charset=utf-8" {
-		t.Fatalf("body %q (%v), content type %q; want %q", got, err, resp.Header.Get("Content-Type"), want)
-	}
-	reps, err := srv.Reports(1, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := reps[0]; r.Path != "/v1/anything" || r.Model != "r" || r.Events != 3 || !r.Done || len(r.EventNS) != 3 {
-		t.Errorf("report %+v", r)
+	for _, tc := range []struct {
+		stack       Stack
+		contentType string
+	}{
+		{StackFastAPI, "text/event-stream; charset=utf-8"},
+		{StackNodeHTTP, "text/event-stream"},
+		{StackExpress, "text/event-stream"},
+	} {
+		t.Run(string(tc.stack), func(t *testing.T) {
+			srv := ServeStack(t, tc.stack, StackOptions{Replay: &Replay{MediaType: "text/event-stream", Events: events,
+				Think: 20 * time.Millisecond, Interval: 5 * time.Millisecond}})
+			resp, err := http.Post(srv.URL+"/v1/anything", "application/json", strings.NewReader(`{"model":"r"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := strings.Join(events, ""); err != nil || string(got) != want || resp.Header.Get("Content-Type") != tc.contentType {
+				t.Fatalf("body %q (%v), content type %q; want %q, %q", got, err, resp.Header.Get("Content-Type"), want, tc.contentType)
+			}
+			reps, err := srv.Reports(1, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := reps[0]; r.Path != "/v1/anything" || r.Model != "r" || r.Events != 3 || !r.Done || len(r.EventNS) != 3 ||
+				r.BodyBytes != len(strings.Join(events, "")) {
+				t.Errorf("report %+v", r)
+			}
+		})
 	}
 }

@@ -90,12 +90,22 @@ var vllmChatWant = genaiWant{format: "openai", provider: genai.ProviderOpenAI, o
 	reqModel: llmwire.VLLMChatModel, respModel: llmwire.VLLMChatModel, respID: llmwire.VLLMChatID,
 	apiType: genai.OpenAIAPITypeChatCompletions, input: 12, output: 28, chunks: 6}
 
+// anthropicEvents are the events of Anthropic's documented Messages
+// stream; anthropicBody asks for them, and anthropicWant is what the
+// kernel lets tokenwire read of them, one event per chunk.
+var (
+	anthropicEvents = llmwire.Events(llmwire.AnthropicDocsStart + llmwire.AnthropicDocsDelta + llmwire.AnthropicDocsDelta + llmwire.AnthropicDocsEnd)
+	anthropicBody   = `{"model":"claude-3-5-sonnet-20241022","max_tokens":1024,"messages":[{"role":"user","content":"Hello"}],"stream":true}`
+	anthropicWant   = genaiWant{format: "anthropic", provider: genai.ProviderAnthropic, operation: genai.OperationChat,
+		reqModel: "claude-3-5-sonnet-20241022", respModel: "claude-3-5-sonnet-20241022", respID: "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY",
+		input: 25, output: 15, reasons: []string{"end_turn"}, chunks: int64(len(anthropicEvents))}
+)
+
 // wireCases are streamed from a teststack.WireServer, one port whose
 // provider is not configured.
 func wireCases() []genaiCase {
 	noUsage := map[string]any{"stream": true}
 	withUsage := map[string]any{"stream": true, "stream_options": map[string]any{"include_usage": true}}
-	anthropic := llmwire.Events(llmwire.AnthropicDocsStart + llmwire.AnthropicDocsDelta + llmwire.AnthropicDocsDelta + llmwire.AnthropicDocsEnd)
 	return []genaiCase{{
 		name: "vLLM completions, usage chunk", path: "/v1/completions",
 		body:   `{"model":"Qwen/Qwen2.5-7B","prompt":"Hello","max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}`,
@@ -130,12 +140,9 @@ func wireCases() []genaiCase {
 			reqModel: "Qwen/Qwen3-8B", respModel: "Qwen/Qwen3-8B", respID: "resp_3f1e2d4c5b6a47989a0b1c2d3e4f5a6b",
 			apiType: genai.OpenAIAPITypeResponses, input: -1, output: -1, chunks: 1},
 	}, {
-		name: "Anthropic Messages, one event per write", path: "/v1/messages",
-		body:   `{"model":"claude-3-5-sonnet-20241022","max_tokens":1024,"messages":[{"role":"user","content":"Hello"}],"stream":true}`,
-		writes: join([]string{llmwire.UvicornHead}, chunked(anthropic...), []string{llmwire.LastChunk}),
-		want: genaiWant{format: "anthropic", provider: genai.ProviderAnthropic, operation: genai.OperationChat,
-			reqModel: "claude-3-5-sonnet-20241022", respModel: "claude-3-5-sonnet-20241022", respID: "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY",
-			input: 25, output: 15, reasons: []string{"end_turn"}, chunks: int64(len(anthropic))},
+		name: "Anthropic Messages, one event per write", path: "/v1/messages", body: anthropicBody,
+		writes: join([]string{llmwire.UvicornHead}, chunked(anthropicEvents...), []string{llmwire.LastChunk}),
+		want:   anthropicWant,
 	}, {
 		name: "llama.cpp Anthropic Messages, last events in one write", path: "/v1/messages",
 		body:   `{"model":"qwen2.5-0.5b-instruct","max_tokens":32,"messages":[{"role":"user","content":"Hello"}],"stream":true}`,

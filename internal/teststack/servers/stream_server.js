@@ -7,13 +7,21 @@
 // ("data: [DONE]" in the openai format, a "done": true line in the ollama
 // format) and res.end(). Node sends the response head with the first write.
 // The query parameters events, think_ms and interval_ms override the
-// defaults per request. {"stream": false} gets one JSON body with a
+// defaults per request; flush_headers=1 sends the head on its own first
+// (res.flushHeaders(), as SSE code does to open the stream at once). {"stream": false} gets one JSON body with a
 // Content-Length.
 //
 // Environment: TW_PORT (0: any free port), TW_FRAMEWORK (http, express),
 // TW_FORMAT (openai, ollama), TW_EVENTS, TW_THINK_MS, TW_INTERVAL_MS, and
 // TW_TLS_CERT with TW_TLS_KEY to serve HTTPS (the https module: OpenSSL
 // linked into node). express is looked up through NODE_PATH.
+//
+// TW_REPLAY, a JSON file {"media_type": ..., "events": [...], "think_ms":
+// N, "interval_ms": N}, streams those events instead, for every POST
+// whatever its path (another server's bytes, as a Node gateway relays
+// them): each its own res.write, the first after think_ms, then one
+// every interval_ms, then res.end(); the events are all counted and
+// carry their own end, if any.
 //
 // Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 // once the server listens, then one line per request when its response is
@@ -23,6 +31,7 @@
 // request, of each event and of the end.
 'use strict';
 
+const fs = require('fs');
 const http = require('http');
 
 const FRAMEWORK = process.env.TW_FRAMEWORK || 'http';
@@ -31,7 +40,9 @@ const DEFAULTS = {
   events: Number(process.env.TW_EVENTS || 10),
   think_ms: Number(process.env.TW_THINK_MS || 20),
   interval_ms: Number(process.env.TW_INTERVAL_MS || 10),
+  flush_headers: 0,
 };
+const REPLAY = process.env.TW_REPLAY ? JSON.parse(fs.readFileSync(process.env.TW_REPLAY, 'utf8')) : null;
 const PLAIN = '{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}';
 
 const pad3 = (i) => String(i).padStart(3, '0');
@@ -77,7 +88,7 @@ async function chat(req, res) {
     return;
   }
   const rec = {
-    path: url.pathname, model: body.model || '', streamed: Boolean(body.stream),
+    path: url.pathname, model: body.model || '', streamed: REPLAY !== null || Boolean(body.stream),
     user_agent: req.headers['user-agent'] || '', request_bytes: raw.length,
     events: 0, body_bytes: 0, done: false, start_ns: start, event_ns: [],
   };
@@ -89,30 +100,41 @@ async function chat(req, res) {
     report(rec);
     return;
   }
-  const param = (name) => (url.searchParams.has(name) ? Number(url.searchParams.get(name)) : DEFAULTS[name]);
+  const param = (name) => {
+    if (url.searchParams.has(name)) {
+      return Number(url.searchParams.get(name));
+    }
+    if (REPLAY && name !== 'flush_headers') {
+      return name === 'events' ? REPLAY.events.length : REPLAY[name];
+    }
+    return DEFAULTS[name];
+  };
   let gone = false;
   res.on('close', () => { gone = !res.writableFinished; });
   res.writeHead(200, {
-    'Content-Type': FORMAT === 'ollama' ? 'application/x-ndjson' : 'text/event-stream',
+    'Content-Type': REPLAY ? REPLAY.media_type : FORMAT === 'ollama' ? 'application/x-ndjson' : 'text/event-stream',
     'Cache-Control': 'no-cache',
   });
+  if (param('flush_headers')) {
+    res.flushHeaders();
+  }
   try {
     await sleep(param('think_ms'));
     const events = param('events');
     for (let i = 0; i < events && !gone; i++) {
-      const data = event(i);
+      const data = REPLAY ? REPLAY.events[i % REPLAY.events.length] : event(i);
       rec.event_ns.push(now());
       res.write(data);
       rec.events++;
       rec.body_bytes += Buffer.byteLength(data);
       await sleep(param('interval_ms'));
     }
-    if (!gone) {
+    if (!gone && !REPLAY) {
       const data = endMarker();
       res.write(data);
-      rec.done = true;
       rec.body_bytes += Buffer.byteLength(data);
     }
+    rec.done = !gone;
     res.end();
   } finally {
     rec.end_ns = now();
@@ -124,14 +146,19 @@ function app() {
   if (FRAMEWORK === 'express') {
     const express = require('express');
     const a = express();
-    a.post('/v1/chat/completions', (req, res, next) => chat(req, res).catch(next));
+    const route = (req, res, next) => chat(req, res).catch(next);
+    if (REPLAY) {
+      a.use((req, res, next) => (req.method === 'POST' ? route(req, res, next) : next()));
+    } else {
+      a.post('/v1/chat/completions', route);
+    }
     return a;
   }
   if (FRAMEWORK !== 'http') {
     throw new Error(`TW_FRAMEWORK must be http or express, not ${FRAMEWORK}`);
   }
   return (req, res) => {
-    if (req.method === 'POST' && req.url.split('?')[0] === '/v1/chat/completions') {
+    if (req.method === 'POST' && (REPLAY || req.url.split('?')[0] === '/v1/chat/completions')) {
       chat(req, res).catch((e) => { res.destroy(e); });
       return;
     }
@@ -146,7 +173,7 @@ const TLS = process.env.TW_TLS_CERT
 const server = TLS ? require('https').createServer(TLS, app()) : http.createServer(app());
 server.listen(Number(process.env.TW_PORT || 0), '127.0.0.1', () => {
   report({
-    ready: true, port: server.address().port, framework: FRAMEWORK, format: FORMAT,
+    ready: true, port: server.address().port, framework: FRAMEWORK, format: REPLAY ? 'replay' : FORMAT,
     node: process.version, express: FRAMEWORK === 'express' ? require('express/package.json').version : '',
     tls: TLS ? process.versions.openssl : '',
   });
