@@ -12,7 +12,6 @@
 package streamagg
 
 import (
-	"cmp"
 	"math"
 	"net/netip"
 	"sync"
@@ -292,10 +291,10 @@ func (a *Aggregator) Add(rec *stream.Record) {
 	switch rec.Kind {
 	case stream.KindRequest:
 		o = a.opened(o, rec.ID)
+		o.notePayload(rec)
 		o.req.WriteAt(int64(rec.Offset), rec.Data)
 		o.tp.WriteAt(int64(rec.Offset), rec.Data)
-		o.noteClient(rec)
-		o.port = cmp.Or(o.port, rec.Port)
+		o.noteHost(rec)
 		if o.pid == 0 {
 			o.pid, o.comm = rec.PID, rec.Comm
 		}
@@ -304,16 +303,14 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		}
 	case stream.KindResponse:
 		o = a.opened(o, rec.ID)
+		o.notePayload(rec)
 		o.response(rec.Data, !a.cfg.NoResponseDetails)
 		o.pid, o.comm = rec.PID, rec.Comm
-		o.port = cmp.Or(o.port, rec.Port)
-		o.cl.client = o.cl.client || rec.Client // its request's record may have been shed
 		o.respTS = rec.TS
 	case stream.KindBody:
 		o = a.opened(o, rec.ID)
+		o.notePayload(rec)
 		o.body(rec.Flags, rec.Data)
-		o.port = cmp.Or(o.port, rec.Port)
-		o.cl.client = o.cl.client || rec.Client
 	case stream.KindProgress:
 		o = a.opened(o, rec.ID)
 		if !o.remote.IsValid() {

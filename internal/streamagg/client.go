@@ -2,6 +2,7 @@ package streamagg
 
 import (
 	"bytes"
+	"cmp"
 	"net/netip"
 	"time"
 
@@ -53,19 +54,24 @@ func (a *Aggregator) initClients() {
 	a.hosts = newValues(a.cfg.MaxModels, a.models.expiry)
 }
 
-// noteClient takes what a request record says of its stream's role: a
-// client call's Host header is read from the request's first slice (the
-// head; a head longer than a slice loses it). Stats records say the role
-// themselves (stream.Stats.Client).
-func (o *openStream) noteClient(rec *stream.Record) {
-	if !rec.Client {
+// notePayload takes what every payload record (request, response head,
+// body) says of its stream: its server's port, and whether it is a
+// client's call. Any of them may be the first to arrive: the ones before
+// it may have been shed. Stats records carry both themselves
+// (stream.Stats).
+func (o *openStream) notePayload(rec *stream.Record) {
+	o.port = cmp.Or(o.port, rec.Port)
+	o.cl.client = o.cl.client || rec.Client
+}
+
+// noteHost reads a client call's Host header from its request's first
+// slice (the head; a head longer than a slice loses it).
+func (o *openStream) noteHost(rec *stream.Record) {
+	if !rec.Client || rec.Offset != 0 {
 		return
 	}
-	o.cl.client = true
-	if rec.Offset == 0 {
-		if h := hostOf(rec.Data); h != nil {
-			o.cl.hostLen = copy(o.cl.host[:], h)
-		}
+	if h := hostOf(rec.Data); h != nil {
+		o.cl.hostLen = copy(o.cl.host[:], h)
 	}
 }
 
