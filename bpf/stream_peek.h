@@ -94,7 +94,8 @@ static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
  * Node's http module writes the head and the first event's size line in
  * one buffer, the CRLF and the event in the next two: the event (the
  * response's model and id) goes out with the head, as it does from
- * servers that write both from one buffer. */
+ * servers that write both from one buffer. Only with response_details:
+ * else no buffer but the head's leaves the kernel. */
 static __always_inline __u64 gather_head(__u8 *d, __u64 n, const struct user_io *io, __u64 total)
 {
 	for (int i = 1; i < MAX_IOV; i++) {
@@ -137,7 +138,7 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	/* The record's length waits in memory: a register would hold it
 	 * through head_flags, with a bound of its own on every way through
 	 * gather_head, and the verifier would walk head_flags for each. */
-	b->h.id.len = io && io->nr > 1 ? gather_head(b->data, n, io, total) : n;
+	b->h.id.len = io && io->nr > 1 && response_details ? gather_head(b->data, n, io, total) : n;
 	__u8 flags = head_flags(b->data, n);
 	if (flags & TW_RESP_INTERIM)
 		return flags;
@@ -154,10 +155,11 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	return flags;
 }
 
-/* send_body sends up to TW_PEEK_MAX bytes of a body write: from its start
- * (first) or its end (tail). */
+/* send_body sends up to TW_PEEK_MAX bytes of a body write of total
+ * bytes: from the start of len bytes at start, at offset at in the write
+ * (first), or from their end, which is the write's (tail). */
 static __always_inline void send_body(const struct sock *sk, const struct stream_state *st, __u8 flag,
-				      const char *start, __u64 len, __u64 total, int tail)
+				      const char *start, __u64 len, __u64 total, __u64 at, int tail)
 {
 	if (!response_details)
 		return;
@@ -165,28 +167,35 @@ static __always_inline void send_body(const struct sock *sk, const struct stream
 	struct payload_buf *b = payload_start(sk, st, TW_REC_BODY, flag, total);
 	if (!b)
 		return;
-	b->h.offset = tail ? total - n : 0;
+	b->h.offset = tail ? total - n : at;
 	payload_send(b, tail ? start + len - n : start, n);
 }
 
 /* send_first sends the start of a response's first body write of ret
  * bytes from its buffers (io): the first buffer, unless it holds 8 bytes
- * or fewer and more follow, then the third. Node's http module writes an
- * event as size line, CRLF, event, CRLF; a walk of the buffers would cost
- * the write program's verification dear, this is a few branches. */
+ * or fewer (a chunk-size line) and more follow, then the next that holds
+ * more than a CRLF. Node's http module writes an event as size line,
+ * CRLF, event, CRLF; hyper as size line with its CRLF, event, CRLF. A
+ * walk of the buffers would cost the write program's verification dear:
+ * this is a few branches. */
 static __always_inline void send_first(const struct sock *sk, const struct stream_state *st,
 				       const struct user_io *io, __u64 ret)
 {
 	const char *base = io->iov[0].iov_base;
 	__u64 len = io->iov[0].iov_len, skip = 0; /* bytes of the buffers passed over */
-	if (len <= 8 && io->nr >= 3) {
-		skip = len + io->iov[1].iov_len;
-		base = io->iov[2].iov_base;
-		len = io->iov[2].iov_len;
+	if (len <= 8 && io->nr >= 2) {
+		skip = len;
+		base = io->iov[1].iov_base;
+		len = io->iov[1].iov_len;
+		if (len <= 2 && io->nr >= 3) {
+			skip += len;
+			base = io->iov[2].iov_base;
+			len = io->iov[2].iov_len;
+		}
 	}
 	if (skip >= ret)
 		return;
-	send_body(sk, st, TW_BODY_FIRST, base, len < ret - skip ? len : ret - skip, ret, 0);
+	send_body(sk, st, TW_BODY_FIRST, base, len < ret - skip ? len : ret - skip, ret, skip, 0);
 }
 
 /* Scratch room for the end of a write (sent_flags): a stack buffer
@@ -376,7 +385,7 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 	if (ends_chunked(t))
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 	if (response_details && ends_stream_event(t))
-		send_body(sk, st, TW_BODY_TAIL, end - used, used, total, 1);
+		send_body(sk, st, TW_BODY_TAIL, end - used, used, total, 0, 1);
 	return WRITE_PEEKED;
 }
 
@@ -437,7 +446,7 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
 		return 0;
 	if (ret > 32 && (a.nr == NR_WRITE || a.nr == NR_SENDTO)) {
 		if (st->chunks == 0)
-			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0);
+			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0, 0);
 		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
 	}
 	struct user_io io;
@@ -541,7 +550,7 @@ static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_stat
 		return short_flags(sk, st, &io, n, NULL);
 	}
 	if (st->chunks == 0)
-		send_body(sk, st, TW_BODY_FIRST, buf, n, n, 0);
+		send_body(sk, st, TW_BODY_FIRST, buf, n, n, 0, 0);
 	return tail_flags(sk, st, buf + n, n, n);
 }
 

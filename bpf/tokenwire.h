@@ -75,7 +75,7 @@ enum tw_stream_state {
 /* Record kinds (first field of every stream record after the id). */
 enum tw_stream_record {
 	TW_REC_REQUEST = 1,  /* a slice of the request's bytes */
-	TW_REC_RESPONSE = 2, /* the head of the response's first write */
+	TW_REC_RESPONSE = 2, /* the start of the response's first write: its head, and what follows */
 	TW_REC_PROGRESS = 3, /* chunk-interval counts so far, for long streams */
 	TW_REC_END = 4,      /* the stream ended */
 	TW_REC_CHUNK = 5,    /* one body chunk (only with chunk_records on) */

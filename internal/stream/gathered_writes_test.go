@@ -6,6 +6,7 @@ package stream
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -152,5 +153,42 @@ func TestNodeStreamsEndAtTheirTerminator(t *testing.T) {
 	reps := reportsOf(t, srv, len(sent))
 	for i, end := range ends {
 		checkPlainStream(t, streams[end.ID], end, reps[i], sent[i], false)
+		// Where the first event went: with the head, or, after
+		// flushHeaders, in the first body write's record.
+		head, headerLen := headOf(t, streams[end.ID])
+		body, _ := firstBody(streams[end.ID])
+		ev := []byte(teststack.OpenAIEvent(0))
+		if inHead := bytes.Contains(head.Data[headerLen:], ev); inHead != (i != 1) || bytes.Contains(body, ev) == inHead {
+			t.Errorf("stream %d: first event in the head record %v, in the first body record %v; want it in the %s",
+				i, inHead, bytes.Contains(body, ev), map[bool]string{true: "head", false: "body"}[i != 1])
+		}
+	}
+}
+
+// With streams.response_details off, a Node stream's first event stays in
+// the kernel: the head record holds the head's buffer alone (the head and
+// the size line), and no body record is sent.
+func TestNodeResponseDetailsOff(t *testing.T) {
+	bpftest.Require(t)
+	srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: 3,
+		Think: 10 * time.Millisecond, Interval: 5 * time.Millisecond})
+	cfg := testConfig(uint16(srv.Port))
+	cfg.NoResponseBodies = true
+	_, rec := traceWith(t, cfg)
+	client := &teststack.SDKClient{SDK: teststack.SDKPython, Addr: srv.Addr}
+	defer client.Close()
+	if res, err := client.Chat(teststack.ChatRequest{Model: "llama-3-8b", Stream: true}); err != nil || !res.Done {
+		t.Fatalf("%v; done %v", err, res.Done)
+	}
+	streams, ends := endsOf(t, rec, 1)
+	recs := streams[ends[0].ID]
+	head, headerLen := headOf(t, recs)
+	if size := fmt.Sprintf("%x", len(teststack.OpenAIEvent(0))); string(head.Data[headerLen:]) != size {
+		t.Errorf("head record's bytes after the headers %q, want the size line %q alone", head.Data[headerLen:], size)
+	}
+	for _, r := range recs {
+		if r.Kind == KindBody {
+			t.Errorf("body record %q with response details off", r.Data)
+		}
 	}
 }

@@ -73,8 +73,10 @@ type Config struct {
 	// RequestCaptureBytes is how much of each request (head and body) is
 	// sent to user space; 0 sends the first 1 KiB.
 	RequestCaptureBytes uint32
-	// NoResponseBodies keeps every response byte after the head in the
-	// kernel: no BODY records, so no GenAI details from the response.
+	// NoResponseBodies keeps the response's body in the kernel: no BODY
+	// records, and a head record holds no buffer but the head's (body
+	// bytes a server writes in that buffer go with it, unread), so no
+	// GenAI details from the response.
 	NoResponseBodies bool
 
 	// TLS says whether TLS servers' plaintext is read through uprobes.

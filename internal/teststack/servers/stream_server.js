@@ -20,8 +20,8 @@
 // N, "interval_ms": N}, streams those events instead, for every POST
 // whatever its path (another server's bytes, as a Node gateway relays
 // them): each its own res.write, the first after think_ms, then one
-// every interval_ms, then res.end(); the events are all counted and
-// carry their own end, if any.
+// every interval_ms, and res.end() an interval after the last; the events
+// are all counted and carry their own end, if any.
 //
 // Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 // once the server listens, then one line per request when its response is
