@@ -127,7 +127,7 @@ struct stream_key {
 struct stream_payload {
 	struct stream_key id;
 	__u64 ts_ns;
-	__u32 offset; /* REQUEST: offset of the bytes in the request; BODY: in the write */
+	__u32 offset; /* REQUEST: offset of the bytes in the request; a first BODY's: in the write */
 	__u32 total;  /* REQUEST: bytes read; RESPONSE, BODY: bytes of the write */
 	__u32 pid;    /* the reading or writing process (tgid) */
 	__u16 client; /* 1: the stream of a client connection (stream_client.h) */

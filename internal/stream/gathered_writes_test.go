@@ -165,9 +165,10 @@ func TestNodeStreamsEndAtTheirTerminator(t *testing.T) {
 	}
 }
 
-// With streams.response_details off, a Node stream's first event stays in
-// the kernel: the head record holds the head's buffer alone (the head and
-// the size line), and no body record is sent.
+// With streams.response_details off, a plaintext Node stream's first
+// event stays in the kernel: the head record holds the head's buffer alone
+// (the head and the size line), and no body record is sent. (Over TLS,
+// Node hands OpenSSL one buffer per write, the head with the first event.)
 func TestNodeResponseDetailsOff(t *testing.T) {
 	bpftest.Require(t)
 	srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: 3,

@@ -96,7 +96,7 @@ type Record struct {
 
 	// Request and Response.
 	TS     uint64 // kernel monotonic ns
-	Offset uint32 // Request: offset in the request; Body: offset in the write
+	Offset uint32 // Request: offset in the request; a first Body record: offset in the write
 	Total  uint32 // Request: bytes read; Response: bytes of the first write
 	PID    uint32
 	Comm   [16]byte

@@ -75,8 +75,9 @@ type Config struct {
 	RequestCaptureBytes uint32
 	// NoResponseBodies keeps the response's body in the kernel: no BODY
 	// records, and a head record holds no buffer but the head's (body
-	// bytes a server writes in that buffer go with it, unread), so no
-	// GenAI details from the response.
+	// bytes a server writes in that buffer go with it: Go's net/http's
+	// first event, or Node's over TLS, where each write is one SSL_write),
+	// so no GenAI details from the response.
 	NoResponseBodies bool
 
 	// TLS says whether TLS servers' plaintext is read through uprobes.

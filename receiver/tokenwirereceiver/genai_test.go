@@ -165,9 +165,16 @@ func TestGenAIThroughNode(t *testing.T) {
 	reps, err := node.Reports(1, 10*time.Second)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return s.traces.SpanCount() == 1 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // one more collection: the stream's metrics
 	s.shutdown()
 	span := allSpans(s.traces.AllTraces())[0]
 	checkGenAISpan(t, span.Attributes(), node.Port, genaiCase{path: "/v1/messages", want: anthropicWant})
+	tokens := map[string]int64{}
+	forEachPoint(lastEmission(s.metrics), genai.MetricServerTokenUsage, func(a pcommon.Map, dp pmetric.HistogramDataPoint) {
+		typ, _ := a.Get(genai.AttrTokenType)
+		tokens[typ.Str()] += int64(dp.Sum())
+	})
+	require.Equal(t, map[string]int64{genai.TokenTypeInput: anthropicWant.input, genai.TokenTypeOutput: anthropicWant.output}, tokens)
 	// Node writes event i with the head (i = 0) or alone after it is
 	// handed over, and the terminator after the last one and before the
 	// handler ends: the stream's time from its first chunk to its end.
