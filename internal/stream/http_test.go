@@ -204,7 +204,7 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: 3 * time.Millisecond, Events: 3, Done: teststack.DoneFlushed, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	_, rec := trace(t, port)
+	tr, rec := trace(t, port)
 	const n = 20
 	for range n {
 		c := dialRaw(t, addr)
@@ -223,7 +223,8 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 	}
 	rec.ends(t, n)
 	time.Sleep(200 * time.Millisecond) // a ghost would end after the reset
-	ends := requireCompleted(t, rec.ends(t, n), n)
+	streams := rec.ends(t, n)
+	ends := requireCompleted(t, streams, n)
 	for _, e := range ends {
 		// [DONE] ends the stream, except when the client's FIN lands
 		// between the server's release of the socket and the report of
@@ -231,8 +232,20 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 		// emulation): then the FIN ends it, with the same 3 chunks.
 		if e.Stats.Chunks != 3 || e.Reason != EndTerminator && e.Reason != EndClientClosed {
 			t.Errorf("stream %v: %d chunks, end %v; want 3 ended by [DONE] (or the client's close)", e.ID, e.Stats.Chunks, e.Reason)
+			logStream(t, tr, streams[e.ID])
 		}
 	}
+}
+
+// logStream logs a stream's records and the tracer's counters, for a
+// failure that depends on what the kernel could read.
+func logStream(t *testing.T, tr *Tracer, recs []Record) {
+	t.Helper()
+	for _, r := range recs {
+		t.Logf("  %v at %d: flags %#x offset %d total %d reason %v stats %+v data %q", r.Kind, r.TS, r.Flags, r.Offset, r.Total, r.Reason, r.Stats, r.Data)
+	}
+	c, err := tr.Counters()
+	t.Logf("  counters %+v (err %v)", c, err)
 }
 
 // An SSE response that is neither chunked nor sized (HTTP/1.0, or
