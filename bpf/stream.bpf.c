@@ -150,7 +150,8 @@ static __always_inline int on_recv_length(const struct sock *sk, int ret, int fl
 	return 0;
 }
 
-static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed)
+static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed,
+					  const struct iov_iter *it)
 {
 	if (ret <= 0)
 		return 0;
@@ -171,7 +172,7 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	 * bytes were queued before the FIN came (write_seq has not moved
 	 * since), and the stream ends at the FIN either way. */
 	if (!fin || BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) == st->fin_seq) {
-		__u8 flags = peek_sent(sk, st, ret, typed);
+		__u8 flags = peek_sent(sk, st, ret, typed, it);
 		account_write(sk, st, flags, ret, fin ? fin : now);
 	}
 	if (fin)
@@ -302,11 +303,16 @@ int BPF_PROG(tw_st_recv_fx6, struct sock *sk, struct msghdr *msg, size_t len, in
 	return on_recv_length(sk, ret, flags, 1);
 }
 
-/* kprobes: the entry remembers the socket for the return, per thread. */
+/* kprobes: the entry remembers the socket and an argument for the
+ * return, per thread. */
 struct pending_call {
 	__u64 sk;
-	__u32 flags;
-	__u32 _pad;
+	/* tcp_recvmsg's flags (below 2^32); tcp_sendmsg_locked's msghdr (a
+	 * kernel address, above), whose iterator tells after the call where
+	 * the write ended. A return whose entry stored nothing (a socket not
+	 * watched) can find the other function's call, one whose return the
+	 * kernel missed: the two tell it apart by this. */
+	__u64 arg;
 };
 
 /* Calls of watched sockets between a kprobe and its kretprobe. A thread
@@ -323,12 +329,12 @@ struct {
  * before 5.19, which also passed nonblock), else its 4th. */
 const volatile __u8 recvmsg_flags_arg5 = 0;
 
-static __always_inline int call_entry(const struct sock *sk, __u32 flags)
+static __always_inline int call_entry(const struct sock *sk, __u64 arg)
 {
 	if (!watched_sock(sk, 0) && !client_port(sk, 0))
 		return 0;
 	__u64 tid = bpf_get_current_pid_tgid();
-	struct pending_call c = {.sk = (__u64)sk, .flags = flags};
+	struct pending_call c = {.sk = (__u64)sk, .arg = arg};
 	bpf_map_update_elem(&tw_st_calls, &tid, &c, BPF_ANY);
 	return 0;
 }
@@ -352,7 +358,7 @@ int BPF_KPROBE(tw_st_recv_kp, struct sock *sk)
 	__u64 arg4 = PT_REGS_PARM4(ctx), arg5 = PT_REGS_PARM5(ctx);
 	barrier_var(arg4);
 	barrier_var(arg5);
-	return call_entry(sk, recvmsg_flags_arg5 ? arg5 : arg4);
+	return call_entry(sk, (__u32)(recvmsg_flags_arg5 ? arg5 : arg4));
 }
 
 SEC("kretprobe/tcp_recvmsg")
@@ -361,7 +367,9 @@ int BPF_KRETPROBE(tw_st_recv_krp, int ret)
 	struct pending_call c;
 	if (call_return(&c))
 		return 0;
-	return on_recv_length((const struct sock *)c.sk, ret, c.flags, 0);
+	if (c.arg >> 32)
+		return 0;
+	return on_recv_length((const struct sock *)c.sk, ret, (int)c.arg, 0);
 }
 
 /* sent: sock:sock_send_length, or tcp_sendmsg_locked's return. The
@@ -372,31 +380,31 @@ int BPF_KRETPROBE(tw_st_recv_krp, int ret)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(tw_st_sent_btf, struct sock *sk, int ret)
 {
-	return on_send_length(sk, ret, 1);
+	return on_send_length(sk, ret, 1, NULL);
 }
 
 SEC("raw_tracepoint/sock_send_length")
 int tw_st_sent_raw(struct bpf_raw_tracepoint_args *ctx)
 {
-	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1], 0);
+	return on_send_length((const struct sock *)ctx->args[0], (int)ctx->args[1], 0, NULL);
 }
 
 SEC("tracepoint/sock/sock_send_length")
 int tw_st_sent_tp(struct trace_event_raw_sock_msg_length *ctx)
 {
-	return on_send_length((const struct sock *)ctx->sk, ctx->ret, 0);
+	return on_send_length((const struct sock *)ctx->sk, ctx->ret, 0, NULL);
 }
 
 SEC("fexit/tcp_sendmsg_locked")
 int BPF_PROG(tw_st_sent_fx, struct sock *sk, struct msghdr *msg, size_t size, int ret)
 {
-	return on_send_length(sk, ret, 1);
+	return on_send_length(sk, ret, 1, &msg->msg_iter);
 }
 
 SEC("kprobe/tcp_sendmsg_locked")
-int BPF_KPROBE(tw_st_sent_kp, struct sock *sk)
+int BPF_KPROBE(tw_st_sent_kp, struct sock *sk, struct msghdr *msg)
 {
-	return call_entry(sk, 0);
+	return call_entry(sk, (__u64)msg);
 }
 
 SEC("kretprobe/tcp_sendmsg_locked")
@@ -405,7 +413,9 @@ int BPF_KRETPROBE(tw_st_sent_krp, int ret)
 	struct pending_call c;
 	if (call_return(&c))
 		return 0;
-	return on_send_length((const struct sock *)c.sk, ret, 0);
+	if (!(c.arg >> 32))
+		return 0;
+	return on_send_length((const struct sock *)c.sk, ret, 0, &((const struct msghdr *)c.arg)->msg_iter);
 }
 
 /* frag_va_base's calibration (stream_frag.h): a large kmalloc takes its

@@ -391,29 +391,32 @@ static __always_inline __u8 tail_flags(const struct sock *sk, const struct strea
 
 /* short_flags classifies a body write of ret <= 32 bytes, read whole, or
  * but for its first buffers when it has more than MAX_IOV (a: its
- * syscall's arguments, as io_window takes them). The first body write's
- * start goes out before io_window replaces io's buffers. */
+ * syscall's arguments, it: its iterator or NULL, as io_window takes
+ * them). The first body write's start goes out before io_window replaces
+ * io's buffers. */
 static __always_inline __u8 short_flags(const struct sock *sk, const struct stream_state *st,
-					struct user_io *io, __u64 ret, const struct syscall_args *a)
+					struct user_io *io, __u64 ret, const struct syscall_args *a,
+					const struct iov_iter *it)
 {
 	if (st->chunks == 0)
 		send_first(sk, st, io, ret);
-	long cut = io_window(io, ret, a);
+	long cut = io_window(io, ret, a, it);
 	if (cut < 0)
 		return WRITE_PEEKED;
 	return sent_flags(io, ret, cut);
 }
 
 /* gathered_flags classifies a body write of ret > 32 bytes from its
- * buffers: the ones holding its last byte, and the one before (a: its
- * syscall's arguments). The first body write's start goes out before
+ * buffers: the ones holding its last byte, and the one before (a, it: as
+ * short_flags takes them). The first body write's start goes out before
  * io_window replaces io's buffers. */
 static __always_inline __u8 gathered_flags(const struct sock *sk, const struct stream_state *st,
-					   struct user_io *io, __u64 ret, const struct syscall_args *a)
+					   struct user_io *io, __u64 ret, const struct syscall_args *a,
+					   const struct iov_iter *it)
 {
 	if (st->chunks == 0)
 		send_first(sk, st, io, ret);
-	long cut = io_window(io, ret, a);
+	long cut = io_window(io, ret, a, it);
 	if (cut < 0)
 		return WRITE_PEEKED;
 	const char *base, *prev;
@@ -439,7 +442,8 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
  * the last 16 bytes of the buffer the syscall names, or of the last buffer
  * of a gathered write that holds data. The first body write's start is
  * sent to user space. */
-static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret)
+static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret,
+				       const struct iov_iter *it)
 {
 	struct syscall_args a;
 	if (syscall_args(&a))
@@ -453,8 +457,8 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
 	if (syscall_io_of(&a, &io))
 		return 0;
 	if (ret <= 32)
-		return short_flags(sk, st, &io, ret, &a);
-	return gathered_flags(sk, st, &io, ret, &a);
+		return short_flags(sk, st, &io, ret, &a, it);
+	return gathered_flags(sk, st, &io, ret, &a, it);
 }
 
 /* body_flags classifies a body write of ret bytes at the least cost. A
@@ -468,9 +472,11 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
  * first body write's start goes to user space too (the first event: the
  * response's model and id). sent: a write of the socket's owner, seen
  * by a BTF-typed hook (sk a BTF pointer); else a client's read, or a
- * write seen by another hook type. */
+ * write seen by another hook type. it: the write's iterator after the
+ * call, where the hook has it (fexit, kretprobe; else NULL): a gathered
+ * write's end is found through it (io_window). */
 static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret,
-				       const int sent)
+				       const int sent, const struct iov_iter *it)
 {
 	if (ret > 32 && sent && frag_va_base && st->chunks) {
 		__u64 tail = sent_tail(sk);
@@ -485,7 +491,7 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 			count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
 		}
 	}
-	return body_flags_user(sk, st, ret);
+	return body_flags_user(sk, st, ret, it);
 }
 
 /* head_ends says whether a chunked response ends in the write of its
@@ -526,12 +532,13 @@ static __noinline __u8 head_sent(const struct sock *sk, struct stream_state *st,
 /* peek_sent looks at what a finished write carried, from the writer's own
  * syscall arguments: the response head for the first write of a response,
  * terminators for the others. 0: the write's buffers are unknown (a kernel
- * thread, sendfile, io_uring), so the stream is opaque. sent: as in
+ * thread, sendfile, io_uring), so the stream is opaque. sent, it: as in
  * body_flags. */
-static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret, const int sent)
+static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret, const int sent,
+				      const struct iov_iter *it)
 {
 	if (st->state == TW_ST_RESPONSE)
-		return body_flags(sk, st, ret, sent);
+		return body_flags(sk, st, ret, sent, it);
 	return head_sent(sk, st, ret);
 }
 
@@ -547,7 +554,7 @@ static __always_inline __u8 peek_plain(const struct sock *sk, struct stream_stat
 		struct user_io io = {.nr = 1};
 		io.iov[0].iov_base = (void *)buf;
 		io.iov[0].iov_len = n;
-		return short_flags(sk, st, &io, n, NULL);
+		return short_flags(sk, st, &io, n, NULL, NULL);
 	}
 	if (st->chunks == 0)
 		send_body(sk, st, TW_BODY_FIRST, buf, n, n, 0, 0);

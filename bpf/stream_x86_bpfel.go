@@ -27,10 +27,9 @@ type StreamPayloadBuf struct {
 }
 
 type StreamPendingCall struct {
-	_     structs.HostLayout
-	Sk    uint64
-	Flags uint32
-	Pad   uint32
+	_   structs.HostLayout
+	Sk  uint64
+	Arg uint64
 }
 
 type StreamStateSlot struct {

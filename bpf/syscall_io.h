@@ -222,23 +222,66 @@ static __always_inline int syscall_io_of(const struct syscall_args *a, struct us
 	return err ? -1 : 0;
 }
 
+/* The iterator's fields as kernels before 6.4 name its iovec array, and
+ * before 5.14 its type (with the direction in bit 0). */
+struct iov_iter___old {
+	unsigned int type;
+	const struct iovec *iov;
+} __attribute__((preserve_access_index));
+
+/* iter_window is io_window from the write's iterator (it: msg_iter of the
+ * msghdr tcp_sendmsg_locked was handed), after the call: the iterator has
+ * moved past the buffers the write took whole, to the kernel's copy of
+ * the next iovec, and iov_offset says how much of that one went. The last
+ * MAX_IOV buffers the write took end there, however many it has, and
+ * none is before the array: io_window calls this only when the first
+ * MAX_IOV hold fewer than ret bytes. */
+static __always_inline long iter_window(struct user_io *io, __u64 ret, const struct iov_iter *it)
+{
+	__u32 type;
+	const struct iovec *next;
+	if (bpf_core_field_exists(it->iter_type)) {
+		type = BPF_CORE_READ(it, iter_type);
+		next = bpf_core_field_exists(it->__iov) ? BPF_CORE_READ(it, __iov)
+							: BPF_CORE_READ((const struct iov_iter___old *)it, iov);
+	} else {
+		type = BPF_CORE_READ((const struct iov_iter___old *)it, type) & ~1u;
+		next = BPF_CORE_READ((const struct iov_iter___old *)it, iov);
+	}
+	if (type != bpf_core_enum_value(enum iter_type, ITER_IOVEC))
+		return -1;
+	__u64 part = BPF_CORE_READ(it, iov_offset);
+	if (bpf_probe_read_kernel(io->iov, sizeof(io->iov), next - (part ? MAX_IOV - 1 : MAX_IOV)))
+		return -1;
+	if (part)
+		io->iov[MAX_IOV - 1].iov_len = part;
+	io->nr = MAX_IOV;
+	__u64 window = io->iov[0].iov_len + io->iov[1].iov_len + io->iov[2].iov_len + io->iov[3].iov_len;
+	return window > ret ? -1 : (long)(ret - window);
+}
+
 /* io_window makes io's copied buffers the last MAX_IOV of a gathered
- * write of ret bytes, when the first ones hold fewer than ret bytes and
- * the write has at most 2 * MAX_IOV buffers (so that the first and the
- * last MAX_IOV are all of them): Node's http module writes an event and
- * res.end()'s chunked terminator in one tick as five. It returns how many
- * of the write's bytes come before io->iov[0], or -1 when its end is not
- * found that way. a: the syscall's arguments (NULL:
+ * write of ret bytes, when the first ones hold fewer than ret bytes: from
+ * the write's iterator where the hook has it (it: fexit, kretprobe), else
+ * from the syscall's iovec array when the write has at most 2 * MAX_IOV
+ * buffers (so that the first and the last MAX_IOV are all of them): Node's
+ * http module writes an event and res.end()'s chunked terminator in one
+ * tick as five, and a queue of events behind a slow client as four each.
+ * It returns how many of the write's bytes come before io->iov[0], or -1
+ * when its end is not found that way. a: the syscall's arguments (NULL:
  * io holds all of the write's buffers). One read, and few values live
  * across it: the programs' call chains come near the verifier's 512
  * bytes of stack. */
-static __always_inline long io_window(struct user_io *io, __u64 ret, const struct syscall_args *a)
+static __always_inline long io_window(struct user_io *io, __u64 ret, const struct syscall_args *a,
+				      const struct iov_iter *it)
 {
 	if (io->nr < MAX_IOV)
 		return 0;
 	__u64 first = io->iov[0].iov_len + io->iov[1].iov_len + io->iov[2].iov_len + io->iov[3].iov_len;
 	if (first >= ret)
 		return 0;
+	if (it)
+		return iter_window(io, ret, it);
 	/* io->iov[0] is scratch until the window is read: io is not used
 	 * when this fails. */
 	if (!a || syscall_iov(a, &io->iov[0]))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
+	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/teststack"
 )
 
@@ -60,9 +61,17 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 	last := append(frame("data: 2\n\n"), []byte("0\r\n\r\n"))
 	// Node's http module: res.write(ev); res.end() in one tick is one
 	// writev of the size, its CRLF, the event, its CRLF and the terminator.
-	nodeEnd := func(ev string) [][]byte {
-		return [][]byte{fmt.Appendf(nil, "%x", len(ev)), []byte("\r\n"), []byte(ev), []byte("\r\n"), []byte("0\r\n\r\n")}
+	nodeChunk := func(ev string) [][]byte {
+		return [][]byte{fmt.Appendf(nil, "%x", len(ev)), []byte("\r\n"), []byte(ev), []byte("\r\n")}
 	}
+	nodeEnd := func(ev string) [][]byte { return append(nodeChunk(ev), []byte("0\r\n\r\n")) }
+	// Node's queue behind a slow client: three events and res.end()'s
+	// terminator in one writev of thirteen buffers.
+	var queued [][]byte
+	for _, ev := range []string{"data: 2\n\n", "data: 3\n\n", `data: {"choices":[{"delta":{"content":"4"}}]}` + "\n\n"} {
+		queued = append(queued, nodeChunk(ev)...)
+	}
+	queued = append(queued, []byte("0\r\n\r\n"))
 	nodeDone, nodeLast := nodeEnd("data: [DONE]\n\n"), nodeEnd("data: {\"choices\":[{\"delta\":{\"content\":\"2\"}}]}\n\n")
 	// Eight buffers, the most whose end is looked for, one of them empty:
 	// the size line whole, then the event's data in two.
@@ -96,6 +105,8 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 			2*size(frame("data: 0\n\n")) + size(seven)},
 		{"eight buffers, two empty", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), eight}, 3,
 			2*size(frame("data: 0\n\n")) + size(eight)},
+		{"thirteen buffers, Node's queue", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), queued}, 3,
+			2*size(frame("data: 0\n\n")) + size(queued)},
 		{"trailers", [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), {[]byte("0\r\nX-Usage: 5\r\n\r\n")}}, 2,
 			2*size(frame("data: 0\n\n")) + uint64(len("0\r\nX-Usage: 5\r\n\r\n"))},
 	} {
@@ -107,18 +118,43 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 				port := writesServer(t, c.writes)
 				cfg := testConfig(port)
 				cfg.tailByUser = byUser
-				_, rec := traceWith(t, cfg)
+				tr, rec := traceWith(t, cfg)
 				conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
 				io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
 				readChunked(t, bufio.NewReader(conn))
+				// The end of a write of more than eight buffers is found
+				// from its iterator (fexit, kretprobe) or the kernel's
+				// copy of its last bytes (tp_btf), not from the writer's
+				// iovec array.
+				many := len(c.writes[len(c.writes)-1]) > 8
+				sent := sentHook(tr)
+				want := EndTerminator
+				if many && sent != hook.Fentry && sent != hook.Kprobe &&
+					(sent != hook.TPBTF || byUser || tr.tailReason != nil) {
+					// Documented (docs/measurements.md): the end is
+					// missed, and the client's close ends the stream.
+					t.Logf("sent by %s, tails from %s: the terminator is not found", sent, tr.TailSource())
+					want = EndClientClosed
+					conn.Close()
+				}
 				e := requireCompleted(t, rec.ends(t, 1), 1)[0]
-				if e.Stats.Chunks != c.chunks || e.Stats.Bytes != c.bytes || e.Reason != EndTerminator {
-					t.Errorf("%d chunks, %d bytes, end %v; want %d chunks, %d bytes, ended by the terminator",
-						e.Stats.Chunks, e.Stats.Bytes, e.Reason, c.chunks, c.bytes)
+				if e.Stats.Chunks != c.chunks || e.Stats.Bytes != c.bytes || e.Reason != want {
+					t.Errorf("%d chunks, %d bytes, end %v; want %d chunks, %d bytes, ended by %v",
+						e.Stats.Chunks, e.Stats.Bytes, e.Reason, c.chunks, c.bytes, want)
 				}
 			})
 		}
 	}
+}
+
+// sentHook is the hook type that attached for writes.
+func sentHook(tr *Tracer) hook.Kind {
+	for _, p := range tr.HookPoints() {
+		if p.Name == PointSent {
+			return p.Choice.Kind
+		}
+	}
+	return ""
 }
 
 // Node's http module, plaintext, as it runs: each stream's last event and
