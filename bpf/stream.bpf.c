@@ -150,6 +150,9 @@ static __always_inline int on_recv_length(const struct sock *sk, int ret, int fl
 	return 0;
 }
 
+/* on_send_length accounts a write of ret bytes on sk. typed: sk is a BTF
+ * pointer (fexit, tp_btf); it: the write's iterator after
+ * tcp_sendmsg_locked (fexit, kretprobe), else NULL (body_flags). */
 static __always_inline int on_send_length(const struct sock *sk, int ret, const int typed,
 					  const struct iov_iter *it)
 {

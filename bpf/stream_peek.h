@@ -440,7 +440,8 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 /* body_flags_user classifies a body write of ret bytes from the
  * writer's memory (body_flags): a short one read whole, a longer one by
  * the last 16 bytes of the buffer the syscall names, or of the last buffer
- * of a gathered write that holds data. The first body write's start is
+ * of a gathered write that holds data (found through the write's iterator
+ * it where the hook has it: io_window). The first body write's start is
  * sent to user space. */
 static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret,
 				       const struct iov_iter *it)

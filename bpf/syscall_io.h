@@ -269,9 +269,9 @@ static __always_inline long iter_window(struct user_io *io, __u64 ret, const str
  * tick as five, and a queue of events behind a slow client as four each.
  * It returns how many of the write's bytes come before io->iov[0], or -1
  * when its end is not found that way. a: the syscall's arguments (NULL:
- * io holds all of the write's buffers). One read, and few values live
- * across it: the programs' call chains come near the verifier's 512
- * bytes of stack. */
+ * io holds all of the write's buffers). One read of the window, and few
+ * values live across it: the programs' call chains come near the
+ * verifier's 512 bytes of stack. */
 static __always_inline long io_window(struct user_io *io, __u64 ret, const struct syscall_args *a,
 				      const struct iov_iter *it)
 {
