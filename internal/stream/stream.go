@@ -179,6 +179,11 @@ func (t *Tracer) open(cfg Config) error {
 			return err
 		}
 	}
+	// Only a BTF-typed write hook hands the programs the socket whose page
+	// fragment holds the kernel's copy (body_flags' sent).
+	if k := t.sentKind(); t.tailReason == nil && k != hook.Fentry && k != hook.TPBTF {
+		t.tailReason = fmt.Errorf("the %s write hook does not see it", k)
+	}
 	if err := t.openReader(); err != nil {
 		return err
 	}
@@ -429,6 +434,16 @@ func (t *Tracer) Close() error {
 
 // HookPoints reports what attached where.
 func (t *Tracer) HookPoints() []HookPoint { return t.points }
+
+// sentKind is the hook type that attached for writes.
+func (t *Tracer) sentKind() hook.Kind {
+	for _, p := range t.points {
+		if p.Name == PointSent {
+			return p.Choice.Kind
+		}
+	}
+	return ""
+}
 
 // payloadRoom is how many bytes may wait in a ring of size bytes for a
 // request or body record to go in: three quarters of it. The last quarter
