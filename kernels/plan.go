@@ -110,10 +110,11 @@ var hookRunOnly = []Only{
 		"TestPeekedRequestIsCapturedOnce",     // the receive hooks
 		"TestClientAbortEndsThePartialStream", // the state hook ending a stream mid-response
 		"TestEarlyCloseMakesNoGhostStream",    // the send hook's report against the client's FIN
-		"TestNodeQueueEndsAtItsTerminator",    // a write of 13 buffers: its end found through the iterator, or missed
+		"TestNodeQueueEndsAtItsTerminator",    // a write of 13 buffers: its end from the kernel's copy or the iterator, or missed
 	}, Reason: "the tests of what differs between hook types: the ready, receive, send and state hooks, the order of " +
-		"the send hook's report against the state hook, and how a write of more than eight buffers is read (its " +
-		"iterator at the fexit and the kretprobe, the kernel's copy at tp_btf). The syscall variants, partial writes and " +
+		"the send hook's report against the state hook, and how a write of more than eight buffers is read (the " +
+		"kernel's copy at fexit and tp_btf on 6.2+, else its iterator at the fexit and the kretprobe; missed at " +
+		"raw_tracepoint, tracepoint and tp_btf reading the writer's memory). The syscall variants, partial writes and " +
 		"HTTP framing (interim heads, pipelining, close-delimited bodies, gathered terminators of up to eight buffers, port " +
 		"lists...) read the same syscall buffers through the same BPF code whichever hook fed it, and run in the default " +
 		"run on every kernel; TestEveryHookType tries every type alone itself, with the state in socket storage and in the map"},

@@ -182,7 +182,7 @@ func (t *Tracer) open(cfg Config) error {
 	// Only a BTF-typed write hook hands the programs the socket whose page
 	// fragment holds the kernel's copy (body_flags' sent).
 	if k := t.sentKind(); t.tailReason == nil && k != hook.Fentry && k != hook.TPBTF {
-		t.tailReason = fmt.Errorf("the %s write hook does not see it", k)
+		t.tailReason = fmt.Errorf("the kernel's copy needs the fentry or tp_btf write hook, not %s", k)
 	}
 	if err := t.openReader(); err != nil {
 		return err
