@@ -74,10 +74,14 @@ static __always_inline int has_chunked(const __u8 *d, __u32 n)
 }
 
 /* head_flags reads a response's first write (n bytes at d, a payload_buf's
- * data, as has_chunked needs): HTTP/1.x or not, "chunked" anywhere in it
- * (its body ends with a terminator), and whether its status is 1xx (100
- * Continue, 103 Early Hints: an interim head, which servers write on its
- * own; the final head follows). Once per response. */
+ * data, as has_chunked needs, n <= TW_PEEK_MAX): HTTP/1.x or not,
+ * "chunked" anywhere in it (its body ends with a terminator), and whether
+ * its status is 1xx (100 Continue, 103 Early Hints: an interim head, which
+ * servers write on its own; the final head follows). Once per response.
+ * The kernel needs "chunked" only for a head write that ends its own
+ * response and for a request pipelined behind a response; user space
+ * reads the whole head for itself. So the scan, a loop step per byte,
+ * stops at TW_PEEK_MAX even where the record carries more of the head. */
 static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 {
 	if (n < 12 || d[0] != 'H' || d[1] != 'T' || d[2] != 'T' || d[3] != 'P' || d[4] != '/' || d[5] != '1' ||
@@ -90,7 +94,7 @@ static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 
 /* gather_head appends to a response's first write's bytes in d (n of
  * them, its first buffer's) those of its next buffers (io), up to
- * TW_PEEK_MAX and the write's total bytes, and returns how many d holds.
+ * TW_HEAD_MAX and the write's total bytes, and returns how many d holds.
  * Node's http module writes the head and the first event's size line in
  * one buffer, the CRLF and the event in the next two: the event (the
  * response's model and id) goes out with the head, as it does from
@@ -99,24 +103,36 @@ static __always_inline __u8 head_flags(const __u8 *d, __u32 n)
 static __always_inline __u64 gather_head(__u8 *d, __u64 n, const struct user_io *io, __u64 total)
 {
 	for (int i = 1; i < MAX_IOV; i++) {
-		if (i >= io->nr || n >= TW_PEEK_MAX || n >= total)
+		if (i >= io->nr || n >= TW_HEAD_MAX || n >= total)
 			break;
 		__u64 take = io->iov[i].iov_len;
-		if (take > TW_PEEK_MAX - n)
-			take = TW_PEEK_MAX - n;
+		if (take > TW_HEAD_MAX - n)
+			take = TW_HEAD_MAX - n;
 		if (take > total - n)
 			take = total - n;
 		if (take == 0)
 			continue;
-		take = read_size(take, TW_PEEK_MAX);
-		if (bpf_probe_read_user(d + (n & (TW_PEEK_MAX - 1)), take, io->iov[i].iov_base))
+		take = read_size(take, TW_HEAD_MAX);
+		/* The compiler drops a mask it can prove (n < TW_HEAD_MAX here),
+		 * and the verifiers before 6.12 lose that bound on the way:
+		 * keep the mask, which bounds the offset in the register read. */
+		__u64 at = n;
+		barrier_var(at);
+		if (bpf_probe_read_user(d + (at & (TW_HEAD_MAX - 1)), take, io->iov[i].iov_base))
 			break;
 		n += take;
 	}
-	return read_size(n, TW_PEEK_MAX);
+	return read_size(n, TW_HEAD_MAX);
 }
 
-/* peek_response sends the start of the response's first write to user
+_Static_assert(sizeof(((struct payload_buf *)0)->data) >= 2 * TW_HEAD_MAX,
+	       "gather_head reads up to TW_HEAD_MAX bytes at offsets below TW_HEAD_MAX");
+_Static_assert((TW_HEAD_MAX & (TW_HEAD_MAX - 1)) == 0 && TW_HEAD_MAX >= TW_PEEK_MAX,
+	       "read_size needs a power of two; head_flags reads the first TW_PEEK_MAX");
+
+/* peek_response sends the start of the response's first write (up to
+ * TW_HEAD_MAX bytes: hosted APIs and the gateways that relay them send
+ * heads of a kilobyte and more, often with the first event) to user
  * space, which finds where its headers end and reads the body bytes
  * after them, and returns its head_flags, read from the first buffer
  * (len bytes at base; total bytes in the write; io: all its buffers, or
@@ -130,7 +146,7 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 		return 0;
 	if (len == 0)
 		return 0;
-	__u64 n = read_size(len > TW_PEEK_MAX ? TW_PEEK_MAX : len, TW_PEEK_MAX);
+	__u64 n = read_size(len > TW_HEAD_MAX ? TW_HEAD_MAX : len, TW_HEAD_MAX);
 	if (bpf_probe_read_user(b->data, n, base)) {
 		count(&tw_st_counters, TW_ST_COUNTER_UNREAD); /* as in payload_send */
 		return 0;
@@ -139,7 +155,7 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	 * through head_flags, with a bound of its own on every way through
 	 * gather_head, and the verifier would walk head_flags for each. */
 	b->h.id.len = io && io->nr > 1 && response_details ? gather_head(b->data, n, io, total) : n;
-	__u8 flags = head_flags(b->data, n);
+	__u8 flags = head_flags(b->data, n > TW_PEEK_MAX ? TW_PEEK_MAX : n);
 	if (flags & TW_RESP_INTERIM)
 		return flags;
 	/* After a chunked response's end only a head starts a response: a
@@ -148,9 +164,16 @@ static __always_inline __u8 peek_response(const struct sock *sk, struct stream_s
 	if (st->state == TW_ST_IDLE && !(flags & TW_RESP_HTTP))
 		return flags;
 	b->h.id.reason = flags;
-	n = read_size(*(volatile __u16 *)&b->h.id.len, TW_PEEK_MAX);
+	n = read_size(*(volatile __u16 *)&b->h.id.len, TW_HEAD_MAX);
 	/* Kept under a flood, as the ClientHello is: the head decides whether
-	 * the response is a stream at all, and its mode. */
+	 * the response is a stream at all, and its mode. Past the room for
+	 * payloads, only its first TW_PEEK_MAX bytes: the rest of the ring is
+	 * for the records that time and end streams. */
+	if (n > TW_PEEK_MAX &&
+	    bpf_ringbuf_query(&tw_st_events, BPF_RB_AVAIL_DATA) + ((sizeof(b->h) + n + 15) & ~7ULL) > payload_room) {
+		n = TW_PEEK_MAX;
+		b->h.id.len = n;
+	}
 	payload_output(b, sizeof(b->h) + n, 1);
 	return flags;
 }

@@ -235,7 +235,7 @@ func runRing(ringBytes int, chosen []stage, rates []float64) ([]step, error) {
 		var skipped, evicted atomic.Uint64
 		if st.agg {
 			var err error
-			agg, err = streamagg.New(streamagg.Config{MaxOpen: 16384, MaxPaths: 100, MaxModels: 100,
+			agg, err = streamagg.New(streamagg.Config{Coalesce: 500 * time.Microsecond, MaxOpen: 16384, MaxPaths: 100, MaxModels: 100,
 				Spans: st.spans, MaxSpans: tokenwirereceiver.DefaultMaxPendingSpans,
 				OnSkip: func(string) { skipped.Add(1) }, OnEvict: func() { evicted.Add(1) },
 				OnSpanDrop: func() { r.spansDropped.Add(1) }}, procinfo.NewCache(4096))

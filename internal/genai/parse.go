@@ -20,6 +20,15 @@ func ParseFirst(dst *Response, head, firstBody []byte) {
 	p.body(firstBody)
 }
 
+// ParseFirstBody is ParseFirst for a first body write that comes after
+// its head's own write, given what that head said (resp, as
+// httpsniff.ParseResponse read it): the head's bytes need not be kept
+// until the body's write arrives.
+func ParseFirstBody(dst *Response, resp httpsniff.Response, firstBody []byte) {
+	p := parser{r: dst, sse: !resp.NDJSON, ndjson: !resp.EventStream}
+	p.body(firstBody)
+}
+
 // ParseTail reads a tail candidate into dst: the last bytes of a body
 // write, which end where an event ends but may start anywhere, even inside
 // a string. Every line is read from its end (see anchor), so a cut first

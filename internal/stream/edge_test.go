@@ -348,47 +348,88 @@ func TestChunkedResponseInOneWriteEnds(t *testing.T) {
 // A flood of requests to capture while the reader is behind: once the ring
 // is three quarters full their payload records are shed, and every
 // stream's END still finds room in the last quarter. Without that room,
-// the request bytes filled the ring and ENDs were lost with them.
+// the request bytes filled the ring and ENDs were lost with them. Response
+// heads are kept: whole (up to HeadMax bytes) while the ring has room for
+// payloads, their first PeekMax bytes past it, so that heads of 1.5 KiB
+// (a gateway relaying a hosted API's headers) leave the ENDs their room
+// too.
 func TestFloodShedsPayloadsAndKeepsEnds(t *testing.T) {
 	bpftest.Require(t)
-	const n, body = 40, 8 << 10
-	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond, Events: 2, HeadersFirst: true}
-	addr, port := serve(t, srv)
-	cfg := testConfig(port)
-	cfg.RingBufferBytes = 128 << 10
-	cfg.RequestCaptureBytes = body
-	cfg.ChunkRecords = false
-	// The flood's ENDs, a PROGRESS per stream and its response heads (the
-	// Go server's are under 256 bytes) fit the quarter kept for them; its
-	// request bytes are several times the ring.
-	kept := n * (2*(binary.Size(bpf.StreamStreamStats{})+8) + binary.Size(bpf.StreamStreamPayload{}) + 256 + 8)
-	if kept > int(cfg.RingBufferBytes)/4 || n*body < 2*int(cfg.RingBufferBytes) {
-		t.Fatalf("the flood does not fit the test: %d bytes kept, %d of requests", kept, n*body)
+	const n = 40
+	for _, c := range []struct {
+		name       string
+		pad        int // bytes of an extra response header
+		ring, body int
+	}{
+		{"short heads", 0, 128 << 10, 8 << 10},
+		{"heads of 1.5 KiB", 1500, 256 << 10, 16 << 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond, Events: 2, HeadersFirst: true}
+			if c.pad > 0 {
+				srv.Header = http.Header{"X-Pad": {strings.Repeat("p", c.pad)}}
+			}
+			addr, port := serve(t, srv)
+			cfg := testConfig(port)
+			cfg.RingBufferBytes = uint32(c.ring)
+			cfg.RequestCaptureBytes = uint32(c.body)
+			cfg.ChunkRecords = false
+			// The flood's ENDs, a PROGRESS per stream and its response
+			// heads (the Go server's are under 256 bytes, and at most
+			// PeekMax past the room for payloads) fit the quarter kept for
+			// them; its request bytes are several times the ring.
+			head := 256
+			if c.pad > 0 {
+				head = PeekMax
+			}
+			kept := n * (2*(binary.Size(bpf.StreamStreamStats{})+8) + binary.Size(bpf.StreamStreamPayload{}) + head + 8)
+			if kept > c.ring/4 || n*c.body < 2*c.ring {
+				t.Fatalf("the flood does not fit the test: %d bytes kept, %d of requests", kept, n*c.body)
+			}
+			tr, err := Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := &http.Client{}
+			payload := `{"model":"m","stream":true,"pad":"` + strings.Repeat("x", c.body) + `"}`
+			for range n { // with nothing reading the ring
+				if err := teststack.Fetch(client, "POST", "http://"+addr+"/", payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rec := record(t, tr)
+			streams := rec.ends(t, n)
+			ends := requireCompleted(t, streams, n)
+			for _, e := range ends {
+				if e.Stats.Chunks != 2 || e.Reason != EndTerminator {
+					t.Errorf("stream %+v: %d chunks, end %v; want 2, terminator", e.ID, e.Stats.Chunks, e.Reason)
+				}
+			}
+			whole, cut := 0, 0
+			for id, recs := range streams {
+				for _, r := range recs {
+					switch {
+					case r.Kind != KindResponse:
+					case int(r.Total) == len(r.Data):
+						whole++
+					case len(r.Data) == PeekMax:
+						cut++
+					default:
+						t.Errorf("stream %+v: %d of its head's %d bytes recorded", id, len(r.Data), r.Total)
+					}
+				}
+			}
+			if whole+cut != n || c.pad > 0 && (whole == 0 || cut == 0) || c.pad == 0 && cut != 0 {
+				t.Errorf("%d heads whole, %d cut to %d bytes, of %d streams", whole, cut, PeekMax, n)
+			}
+			counters, err := tr.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if counters.RecordsLost != 0 || counters.Shed == 0 {
+				t.Errorf("%d records lost, %d payloads shed; want none lost, some shed", counters.RecordsLost, counters.Shed)
+			}
+			t.Logf("%d payload records shed; %d heads whole, %d cut", counters.Shed, whole, cut)
+		})
 	}
-	tr, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{}
-	payload := `{"model":"m","stream":true,"pad":"` + strings.Repeat("x", body) + `"}`
-	for range n { // with nothing reading the ring
-		if err := teststack.Fetch(client, "POST", "http://"+addr+"/", payload); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rec := record(t, tr)
-	ends := requireCompleted(t, rec.ends(t, n), n)
-	for _, e := range ends {
-		if e.Stats.Chunks != 2 || e.Reason != EndTerminator {
-			t.Errorf("stream %+v: %d chunks, end %v; want 2, terminator", e.ID, e.Stats.Chunks, e.Reason)
-		}
-	}
-	c, err := tr.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.RecordsLost != 0 || c.Shed == 0 {
-		t.Errorf("%d records lost, %d payloads shed; want none lost, some shed", c.RecordsLost, c.Shed)
-	}
-	t.Logf("%d payload records shed", c.Shed)
 }

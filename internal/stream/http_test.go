@@ -325,9 +325,11 @@ func capturedRequest(t *testing.T, cfg Config, port uint16, request string) []by
 }
 
 // "chunked" in any case, anywhere in the first 512 bytes of a response's
-// first write (all of it the program reads), marks the response chunked:
-// its body ends with a terminator. A word cut by the end of the write or
-// of those 512 bytes does not, and neither do near misses. The write
+// first write (all of it the program looks in), marks the response
+// chunked: its body ends with a terminator. A word cut by the end of the
+// write or of those 512 bytes does not, and neither do near misses or the
+// word further on. The record carries the head up to 2 KiB whatever the
+// program looked at. The write
 // program reads a head into a per-CPU buffer, and the server writes every
 // head from one CPU, in the cases' order: past a head's end the buffer
 // holds what the case before left, a "\r" after case 3's "chunked" (a
@@ -357,6 +359,9 @@ func TestChunkedAnywhereInTheHead(t *testing.T) {
 		{"the last of 512 bytes", []string{at(5, PeekMax-7)}, true},
 		{"cut at 512 bytes", []string{at(6, PeekMax-6)}, false},
 		{"near misses", []string{head(7, "X-A: chunkes\r\nX-B: chunk-ed\r\nX-C: hunked\r\nX-D: chunke\xe4\r\nContent-Length: 0\r\n\r\n")}, false},
+		{"a head of 1.5 KiB", []string{head(8, "Transfer-Encoding: chunked\r\nX-Pad: "+strings.Repeat("p", 1500)+"\r\n\r\n")}, true},
+		{"a head longer than the record", []string{head(9, "Transfer-Encoding: chunked\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n")}, true},
+		{"past the first 512 bytes", []string{at(10, 2*PeekMax)}, false},
 	}
 	writes := map[string][]string{}
 	for i, c := range cases {
@@ -391,7 +396,7 @@ func TestChunkedAnywhereInTheHead(t *testing.T) {
 			continue
 		}
 		r := byCase[i][0]
-		if want := min(len(c.writes[0]), PeekMax); len(r.Data) != want {
+		if want := min(len(c.writes[0]), HeadMax); len(r.Data) != want {
 			t.Errorf("%s: %d bytes of the head recorded, want %d", c.name, len(r.Data), want)
 		}
 		switch {

@@ -34,9 +34,16 @@ var DefaultGapBounds = []time.Duration{
 	500 * time.Millisecond, 750 * time.Millisecond, time.Second, 2500 * time.Millisecond,
 }
 
-// PeekMax is how many bytes of a response head or body write a record
-// carries at most (TW_PEEK_MAX in bpf/tokenwire.h).
+// PeekMax is how many bytes of a body write a record carries at most, and
+// how many of a response's head the kernel looks for "chunked" in
+// (TW_PEEK_MAX in bpf/tokenwire.h).
 const PeekMax = 512
+
+// HeadMax is how many bytes of a response's first write (its head, and
+// any body bytes that went with it) a record carries at most (TW_HEAD_MAX
+// in bpf/tokenwire.h): hosted LLM APIs, and the gateways that relay their
+// headers, send heads of 1 to 1.5 KiB.
+const HeadMax = 2048
 
 // RequestSlice is how many bytes of a request a record carries at most.
 const RequestSlice = len(bpf.StreamPayloadBuf{}.Data)

@@ -42,6 +42,10 @@ var SkipReasons = []string{SkipNotStreamed, SkipNoResponse, SkipFiltered}
 
 // Config says what to keep and how much of it.
 type Config struct {
+	// Coalesce is the kernel's: body writes closer than this are one
+	// chunk. The body bytes a head's write carried and a first chunk this
+	// close after it are one chunk too.
+	Coalesce time.Duration
 	// MaxOpen bounds the streams between request and end; when full, the
 	// least recently seen of a few entries is dropped (OnEvict), and its
 	// later records are not counted.
@@ -102,6 +106,9 @@ type Aggregator struct {
 
 	mu   sync.Mutex
 	open map[stream.ID]*openStream
+	// joined is room for a stream's carried line and its first body
+	// write's start, read as one.
+	joined [2 * stream.PeekMax]byte
 	// ended are the streams ended here (idle) or dropped for room while
 	// the kernel may still write about them; endedOrder the last
 	// maxEnded of them in the order they were marked, the oldest at
@@ -201,11 +208,12 @@ type openStream struct {
 	// its JSON body's model and stream flag, and its traceparent.
 	req genai.RequestScanner
 	tp  httpsniff.TraceParentScanner
-	// The response's first write (its head), and what the head says when
-	// it is HTTP/1.x (headOK); headerLen is where its headers end within
-	// resp (0: not within it).
-	resp      [stream.PeekMax]byte
-	respLen   int
+	// What the response's first write (its head) says when it is
+	// HTTP/1.x (headOK); headerLen is where its headers end within that
+	// write's record (0: not within it), and headCut whether the record
+	// ended before them because the write was longer than a record
+	// (stream.HeadMax).
+	headCut   bool
 	head      httpsniff.Response
 	headOK    bool
 	headerLen int
@@ -233,11 +241,19 @@ type openStream struct {
 	cl         clientHead
 	conn       connKey
 
-	// The first write's body bytes, once counted, and the interval from it
-	// to the kernel's first chunk, once counted.
+	// The first write's body bytes, once counted; whether they are a
+	// chunk of their own (not within Config.Coalesce of the kernel's
+	// first chunk), and the interval from them to that chunk, once
+	// counted.
 	headBody    uint32
 	headCounted bool
+	headChunk   bool
 	headGap     uint64
+	// carry is the body line the head's write began and did not end (a
+	// client's read of a TLS record that ended mid-event): the first body
+	// write goes on with it.
+	carry    [stream.PeekMax]byte
+	carryLen int
 
 	// lastSeen is when the last record of this stream arrived, as time
 	// since Aggregator.base: a monotonic clock read is half the cost of
@@ -250,7 +266,7 @@ type openStream struct {
 	seenBytes  uint64
 }
 
-// openStreams recycles finished openStream entries (2.2 KiB each), so that
+// openStreams recycles finished openStream entries (2.3 KiB each), so that
 // a stream opening does not allocate in steady state, however many are in
 // flight; what a burst leaves behind goes back to the garbage collector
 // within two cycles.
@@ -304,13 +320,13 @@ func (a *Aggregator) Add(rec *stream.Record) {
 	case stream.KindResponse:
 		o = a.opened(o, rec.ID)
 		o.notePayload(rec)
-		o.response(rec.Data, !a.cfg.NoResponseDetails)
+		o.response(rec.Data, rec.Total, !a.cfg.NoResponseDetails)
 		o.pid, o.comm = rec.PID, rec.Comm
 		o.respTS = rec.TS
 	case stream.KindBody:
 		o = a.opened(o, rec.ID)
 		o.notePayload(rec)
-		o.body(rec.Flags, rec.Data)
+		o.body(rec.Flags, rec.Data, rec.Offset, a.joined[:0])
 	case stream.KindProgress:
 		o = a.opened(o, rec.ID)
 		if !o.remote.IsValid() {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,65 @@ func TestHeadWithFirstEventIsTheFirstChunk(t *testing.T) {
 	require.Equal(t, "m", spans[0].Model)
 }
 
+// A first chunk closer to the head's write than the kernel's Coalesce is
+// part of the chunk the head's body bytes began, as two such writes are
+// one chunk in the kernel: 3 chunks, not 4, the bytes all counted, no
+// interval between the two.
+func TestFirstChunkWithinCoalesceOfTheHeadIsTheSameChunk(t *testing.T) {
+	cfg := testConfig()
+	cfg.Coalesce = 5 * time.Millisecond
+	h := newHarness(cfg)
+	first := "17\r\ndata: {\"t\":\"hello\"}\n\n\r\n"
+	h.run(streamaggtest.Stream{Request: "POST /v1/chat/completions HTTP/1.1\r\n\r\n{\"model\":\"m\"}",
+		Head: sseHead + first, HeadBytes: uint32(len(sseHead) + len(first)), HeadAt: 80,
+		ChunkAt: []uint64{82, 120, 140}, ChunkBytes: 30})
+	s := h.series(t, "/v1/chat/completions", "m")
+	require.EqualValues(t, 3, s.Chunks)
+	require.EqualValues(t, len(first)+3*30, s.Bytes)
+	require.EqualValues(t, 2, s.Interval.Count, "82->120->140")
+	require.InDelta(t, 0.080, s.TTFT.Sum, 1e-9, "TTFT is the head write")
+	spans := h.a.TakeSpans(nil)
+	require.Len(t, spans, 1)
+	require.EqualValues(t, 3, spans[0].Chunks)
+	require.EqualValues(t, len(first)+3*30, spans[0].Bytes)
+	// The kernel times the next interval from its first chunk's write
+	// (82), not from the head's (80): less than Coalesce short.
+	require.EqualValues(t, 38*time.Millisecond, spans[0].GapMax)
+}
+
+// A client's read of the head that ends inside the first event (a TLS
+// record cut there: Go's crypto/tls sends records of about 1.2 KiB at a
+// connection's start) leaves that line for the next read, the first body
+// write, to finish: the event is read whole, across the two records.
+func TestFirstEventSplitAfterTheHeadIsReadWhole(t *testing.T) {
+	h := newHarness(testConfig())
+	event := llmwire.Chunked(llmwire.AnthropicDocsStart)
+	cut := strings.Index(event, `"message"`) + 4
+	for _, c := range []struct {
+		name      string
+		headBytes int
+		offset    uint32
+		model     string
+	}{
+		{"all the read", len(sseHead) + cut, 0, "claude-3-5-sonnet-20241022"},
+		{"the record cut before the read's end", len(sseHead) + cut + 100, 0, ""},
+		{"the first body record after a buffer of framing", len(sseHead) + cut, 2, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h.run(streamaggtest.Stream{Request: "POST /v1/messages HTTP/1.1\r\n\r\n{\"model\":\"c\"}",
+				Head: sseHead + event[:cut], HeadBytes: uint32(c.headBytes), HeadAt: 80,
+				FirstBody: streamaggtest.FirstOf(event[cut:]), FirstBodyOffset: c.offset,
+				ChunkAt: []uint64{81, 120}, ChunkBytes: 30})
+			spans := h.a.TakeSpans(nil)
+			require.Len(t, spans, 1)
+			require.Equal(t, c.model, spans[0].ResponseModel)
+			if c.model != "" {
+				require.Equal(t, "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", spans[0].ResponseID)
+			}
+		})
+	}
+}
+
 func TestHeadersOnlyHeadIsNotAChunk(t *testing.T) {
 	h := newHarness(testConfig())
 	h.run(streamaggtest.Stream{Request: "GET /stream HTTP/1.1\r\n\r\n", Head: sseHead, HeadBytes: uint32(len(sseHead)),
@@ -104,6 +164,43 @@ func TestHeadersOnlyHeadIsNotAChunk(t *testing.T) {
 	s := h.series(t, "/stream", "")
 	require.EqualValues(t, 2, s.Chunks)
 	require.InDelta(t, 0.050, s.TTFT.Sum, 1e-9)
+}
+
+// A head longer than its record (stream.HeadMax bytes) is cut before its
+// end: what it says past the cut is unknown. It is a stream unless what
+// the record holds says otherwise (a Content-Length), and none of the
+// write's bytes are taken as body. A head that ended before its end
+// because its write did (a client's read of part of it) is read as it is.
+func TestCutHeadIsAStreamUnlessItSaysOtherwise(t *testing.T) {
+	long := "X-Upstream-Header: " + strings.Repeat("v", stream.HeadMax) + "\r\n"
+	for _, c := range []struct {
+		name, head string
+		streamed   bool
+	}{
+		{"its Content-Type past the cut", "HTTP/1.1 200 OK\r\n" + long + sseHead[len("HTTP/1.1 200 OK\r\n"):], true},
+		{"a Content-Length before the cut", "HTTP/1.1 200 OK\r\nContent-Length: 9000\r\n" + long + "\r\n", false},
+		{"a whole head that names neither", "HTTP/1.1 200 OK\r\nX-A: b\r\n\r\n", false},
+		{"a read that ended in the head", "HTTP/1.1 200 OK\r\nX-A: b\r\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(testConfig())
+			head := c.head[:min(len(c.head), stream.HeadMax)]
+			total := uint32(len(c.head))
+			if strings.HasSuffix(c.head, "\r\n\r\n") {
+				total += 40 // body bytes after a whole head
+			}
+			h.run(streamaggtest.Stream{Request: "GET /stream HTTP/1.1\r\n\r\n", Head: head, HeadBytes: total,
+				HeadAt: 1, ChunkAt: []uint64{50, 60}, ChunkBytes: 10})
+			if !c.streamed {
+				require.Equal(t, 1, h.skips[SkipNotStreamed])
+				return
+			}
+			require.Zero(t, h.skips[SkipNotStreamed])
+			s := h.series(t, "/stream", "")
+			require.EqualValues(t, 2, s.Chunks, "the head write's bytes past the cut are not a chunk")
+			require.InDelta(t, 0.050, s.TTFT.Sum, 1e-9)
+		})
+	}
 }
 
 func TestCardinalityCaps(t *testing.T) {

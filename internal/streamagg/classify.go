@@ -25,7 +25,10 @@ func (a *Aggregator) classify(o *openStream, st *stream.Stats) {
 	}
 	client := o.cl.client || st.Client()
 	switch {
-	case respOK && !o.head.Streamed():
+	case respOK && !o.head.Streamed() && !(o.headCut && o.head.ContentLength < 0):
+		// A head longer than the kernel's record, cut before its end,
+		// that named no length may name its Content-Type or
+		// Transfer-Encoding after the cut: it is taken as a stream.
 		o.skip = SkipNotStreamed
 	case !client && !a.selected(o):
 		o.skip = SkipFiltered

@@ -243,15 +243,21 @@ func (a *Aggregator) count(o *openStream, rec *stream.Record, end bool) {
 		o.seenChunks, o.seenBytes, o.seenGapSum = 0, 0, 0
 	}
 	// A head write that carried body bytes is the stream's first chunk:
-	// the kernel counts chunks from the next write on.
+	// the kernel counts chunks from the next write on, and joins writes
+	// closer than Coalesce into one chunk, so a first chunk that close
+	// after the head is part of it. A stats record with the head's bytes
+	// but no chunk is the stream's end.
 	if !o.headCounted && st.HeadBytes != 0 {
 		o.headCounted = true
 		if o.headBody = st.HeadBody(o.headerLen); o.headBody > 0 {
-			ser.Chunks++
+			o.headChunk = st.FirstChunkTS == 0 || st.FirstChunkTS-st.HeadersTS >= uint64(a.cfg.Coalesce)
+			if o.headChunk {
+				ser.Chunks++
+			}
 			ser.Bytes += int64(o.headBody)
 		}
 	}
-	if o.headBody > 0 && o.headGap == 0 && st.FirstChunkTS != 0 {
+	if o.headChunk && o.headGap == 0 && st.FirstChunkTS != 0 {
 		o.headGap = st.FirstChunkTS - st.HeadersTS
 		ser.Interval.Observe(IntervalBounds, seconds(o.headGap))
 	}

@@ -123,10 +123,10 @@ func (a *Aggregator) span(o *openStream, rec *stream.Record) {
 	if o.key.Client {
 		clientSpan(&sp, o, st)
 	}
-	if o.headBody > 0 {
+	if o.headChunk {
 		sp.Chunks++
-		sp.Bytes += int64(o.headBody)
 	}
+	sp.Bytes += int64(o.headBody)
 	if o.span.isHTTP {
 		a.genAI(&sp, o)
 	} else {

@@ -29,12 +29,15 @@ type Replay struct {
 	MediaType       string
 	Events          []string
 	Think, Interval time.Duration
+	// Headers are more response headers, name and value, in order (a
+	// gateway relaying its upstream's).
+	Headers [][2]string
 }
 
 // setUp writes r where the server reads it (TW_REPLAY in env).
 func (r *Replay) setUp(dir string, env *[]string) error {
 	b, err := json.Marshal(map[string]any{"media_type": r.MediaType, "events": r.Events,
-		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6})
+		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6, "headers": r.Headers})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package tokenwirereceiver
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -109,6 +110,85 @@ func TestGoTLSClientCalls(t *testing.T) {
 	if uncaptured > 0 {
 		t.Logf("%d calls' requests could not be read (%d unread payloads counted)", uncaptured, unread)
 	}
+}
+
+// TestGoTLSClientCallBehindALongHead: a Go crypto/tls client in this
+// process calls a server that streams as Anthropic's API does, with its
+// 1.1 KiB of headers, which Go's net/http writes with message_start in one
+// write. Go's crypto/tls cuts a connection's first records at about 1.2
+// KiB, so the client reads the head with message_start's first bytes,
+// then the rest of it. The call's span has what message_start says
+// (response model, id, input tokens), read across the two, as well as
+// message_delta's output tokens and stop reason; the two reads are one
+// chunk when closer than streams.coalesce, as they are but for a
+// descheduled client.
+func TestGoTLSClientCallBehindALongHead(t *testing.T) {
+	bpftest.Require(t)
+	cert := teststack.MakeTLSCert(t)
+	srv := teststack.ServeHTTPS(t, cert, anthropicGateway(tlsThink, clientEventInterval))
+
+	// The premise, before anything watches: a client's first read of the
+	// response ends inside message_start, before its id.
+	conn, err := tls.Dial("tcp", srv.Addr, cert.ClientConfig())
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(conn, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(anthropicBody), anthropicBody)
+	require.NoError(t, err)
+	buf := make([]byte, 16<<10)
+	n, err := conn.Read(buf)
+	require.NoError(t, err)
+	conn.Close()
+	_, body, ok := strings.Cut(string(buf[:n]), "\r\n\r\n")
+	require.True(t, ok && strings.Contains(body, "message_start") && !strings.Contains(body, `"id"`),
+		"the first read is not the head and the start of message_start: %q", buf[:n])
+
+	cfg := tlsClientsConfig(srv.Port)
+	cfg.Streams.Clients.Pids = []int{os.Getpid()}
+	s := startTLSReceiver(t, cfg)
+	probeSelf(t, s, srv.Addr, cert)
+
+	req, err := http.NewRequest("POST", srv.URL+"/v1/messages", strings.NewReader(anthropicBody))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	client := cert.HTTPClient(true)
+	sent := time.Now()
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	var eventNS []uint64
+	var firstEvent time.Time
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if teststack.IsEventLine(sc.Text()) {
+			if firstEvent.IsZero() {
+				firstEvent = time.Now()
+			}
+			eventNS = append(eventNS, teststack.MonotonicNow())
+		}
+	}
+	require.NoError(t, sc.Err())
+	resp.Body.Close()
+	client.Transport.(*http.Transport).CloseIdleConnections()
+	require.Len(t, eventNS, len(anthropicEvents))
+
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= 1 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // any span beyond it would be out by now
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, 1)
+	a := spans[0].Attributes().AsRaw()
+	require.Equal(t, "tls", a[attrStreamMode])
+	w := anthropicWant
+	require.Equal(t, "chat "+w.reqModel, spans[0].Name())
+	for key, want := range map[string]any{
+		genai.AttrResponseModel: w.respModel, genai.AttrResponseID: w.respID,
+		genai.AttrUsageInputTokens: w.input, genai.AttrUsageOutputTokens: w.output,
+		genai.AttrResponseFinishReasons: []any{"end_turn"}, "tokenwire.stream.end_reason": "terminator",
+	} {
+		require.Equal(t, want, a[key], key)
+	}
+	requireClientReads(t, a["tokenwire.stream.chunks"], eventNS, 1, "the call")
+	ttfc := time.Duration(a[genai.AttrResponseTimeToFirstChunk].(float64) * 1e9)
+	require.GreaterOrEqual(t, ttfc, tlsThink)
+	require.LessOrEqual(t, ttfc, firstEvent.Sub(sent), "the first chunk is the read of the head and message_start's start")
 }
 
 // TestScriptTLSClientCalls: a client script making calls one after

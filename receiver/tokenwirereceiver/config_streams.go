@@ -106,7 +106,8 @@ type StreamsConfig struct {
 	// do), so it must cover the prompts the servers get.
 	RequestCapture int `mapstructure:"request_capture_bytes"`
 	// ResponseDetails sends the kernel's copies of a response's first body
-	// write and of the ends of its last events (at most 512 bytes each) to
+	// write and of the ends of its last events (at most 512 bytes each; a
+	// first event written with the head goes with the head, up to 2 KiB) to
 	// the receiver, which reads the response model, id, token usage and
 	// finish reasons from them. Off, the kernel sends no body write, the
 	// receiver ignores body bytes that share the head's write, and those

@@ -185,6 +185,82 @@ func TestGenAIThroughNode(t *testing.T) {
 	require.LessOrEqual(t, gen, float64(reps[0].EndNS-ev[0])/1e9+1e-9)
 }
 
+// TestGenAIBehindLongHeads relays Anthropic's stream with the headers its
+// API sends (about 1.1 KiB of them) through two gateways that write the
+// head and the first event (message_start: the model, id and input
+// tokens) together: one on Go's net/http (one write, on the first flush)
+// and one on Node's http module (one writev, the event in the third
+// buffer). The head's record carries both whole, so the first event is
+// the stream's first chunk and its details are read, as they are behind a
+// short head.
+func TestGenAIBehindLongHeads(t *testing.T) {
+	bpftest.Require(t)
+	headBytes := 0
+	for _, h := range llmwire.AnthropicAPIHeaders {
+		headBytes += len(h[0]) + len(": ") + len(h[1]) + len("\r\n")
+	}
+	require.Greater(t, headBytes, 1024, "the headers are not a long head")
+
+	goGW := teststack.ServeHTTP(t, anthropicGateway(genaiThink, genaiInterval))
+	node := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Replay: &teststack.Replay{
+		MediaType: "text/event-stream", Events: anthropicEvents, Think: genaiThink, Interval: genaiInterval,
+		Headers: llmwire.AnthropicAPIHeaders}})
+
+	cfg := streamConfig(goGW.Port, 200*time.Millisecond)
+	cfg.Streams.Ports = []int{goGW.Port, node.Port}
+	s := start(t, cfg)
+	for _, url := range []string{goGW.URL, node.URL} {
+		req, err := http.NewRequest("POST", url+"/v1/messages", strings.NewReader(anthropicBody))
+		require.NoError(t, err)
+		fetch(t, req)
+	}
+	reps, err := node.Reports(1, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.traces.SpanCount() == 2 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // one more collection: the streams' metrics
+	s.shutdown()
+	spans := allSpans(s.traces.AllTraces())
+	for i, port := range []int{goGW.Port, node.Port} {
+		span := spans[i] // streams ended one after the other
+		checkGenAISpan(t, span.Attributes(), port, genaiCase{path: "/v1/messages", want: anthropicWant})
+	}
+	tokens := map[string]int64{}
+	forEachPoint(lastEmission(s.metrics), genai.MetricServerTokenUsage, func(a pcommon.Map, dp pmetric.HistogramDataPoint) {
+		typ, _ := a.Get(genai.AttrTokenType)
+		tokens[typ.Str()] += int64(dp.Sum())
+	})
+	require.Equal(t, map[string]int64{genai.TokenTypeInput: 2 * anthropicWant.input, genai.TokenTypeOutput: 2 * anthropicWant.output}, tokens)
+	// The Node stream's first chunk is its head write, which carried
+	// event 0: its time from the first chunk to its end is within what
+	// the server's clock saw, as in TestGenAIThroughNode.
+	ev := reps[0].EventNS
+	ttfc, _ := spans[1].Attributes().Get(genai.AttrResponseTimeToFirstChunk)
+	gen := float64(spans[1].EndTimestamp()-spans[1].StartTimestamp())/1e9 - ttfc.Double()
+	require.GreaterOrEqual(t, gen, float64(ev[len(ev)-1]-ev[1])/1e9-1e-9)
+	require.LessOrEqual(t, gen, float64(reps[0].EndNS-ev[0])/1e9+1e-9)
+}
+
+// anthropicGateway relays Anthropic's stream (anthropicEvents) with the
+// headers its API sends, on Go's net/http: its first flush writes the
+// head and message_start in one write, each later event goes alone, the
+// first after think and the others interval apart.
+func anthropicGateway(think, interval time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		for _, h := range llmwire.AnthropicAPIHeaders {
+			w.Header().Set(h[0], h[1])
+		}
+		time.Sleep(think)
+		for i, e := range anthropicEvents {
+			if i > 0 {
+				time.Sleep(interval)
+			}
+			_, _ = io.WriteString(w, e)
+			w.(http.Flusher).Flush()
+		}
+	})
+}
+
 // checkGenAISpan checks a span's GenAI attributes against c.want exactly:
 // present with the value, or absent.
 func checkGenAISpan(t *testing.T, a pcommon.Map, port int, c genaiCase) {

@@ -64,6 +64,7 @@ func (r *tokenwireReceiver) startStreams(ctx context.Context) error {
 		pids[i] = uint32(p)
 	}
 	agg, err := streamagg.New(streamagg.Config{
+		Coalesce:          r.cfg.Streams.Coalesce,
 		MaxOpen:           r.cfg.Streams.MaxSockets,
 		MaxPaths:          r.cfg.Streams.MaxPaths,
 		MaxModels:         r.cfg.Streams.MaxModels,

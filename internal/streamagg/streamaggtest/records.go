@@ -31,7 +31,7 @@ const SSEHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-
 type Stream struct {
 	PID       uint32
 	Request   string // the request's head and body as the server read them
-	Head      string // the response's first write
+	Head      string // what the kernel took of the response's first write
 	HeadBytes uint32 // bytes of the first write (HeadBody: beyond the head)
 	HeadAt    uint64
 	ChunkAt   []uint64
@@ -50,6 +50,9 @@ type Stream struct {
 	// them (at most stream.PeekMax bytes).
 	FirstBody string
 	Tails     []string
+	// FirstBodyOffset is where FirstBody starts in its write (the kernel
+	// passes over a buffer of chunk framing).
+	FirstBodyOffset uint32
 	// ClientCall makes it a call this host made (stream.Stats.Client): the
 	// request written by Client, the response read from Server.
 	ClientCall bool
@@ -95,10 +98,10 @@ func (s Stream) Records(intervalBounds []float64) []stream.Record {
 			Offset: uint32(off), Client: s.ClientCall, Data: []byte(s.Request[off:min(off+n, len(s.Request))])})
 	}
 	recs = append(recs, stream.Record{Kind: stream.KindResponse, ID: id, PID: s.PID, TS: st.HeadersTS,
-		Flags: stream.RespHTTP, Data: []byte(s.Head)})
+		Flags: stream.RespHTTP, Total: s.HeadBytes, Data: []byte(s.Head)})
 	if s.FirstBody != "" {
 		recs = append(recs, stream.Record{Kind: stream.KindBody, ID: id, PID: s.PID, Flags: stream.BodyFirst,
-			Data: []byte(s.FirstBody)})
+			Offset: s.FirstBodyOffset, Data: []byte(s.FirstBody)})
 	}
 	for _, t := range s.Tails {
 		recs = append(recs, stream.Record{Kind: stream.KindBody, ID: id, PID: s.PID, Flags: stream.BodyTail,

@@ -10,8 +10,8 @@ bytes on the wire as they do.
 
 Environment: TW_PORT (0: any free port), TW_FRAMEWORK (starlette, fastapi),
 TW_REPLAY: a JSON file {"media_type": ..., "events": [...], "think_ms": N,
-"interval_ms": N}: the first event after think_ms, then one every
-interval_ms.
+"interval_ms": N, "headers": [[name, value], ...]}: the first event after
+think_ms, then one every interval_ms, with those response headers.
 
 Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 once the socket listens, then one line per request when its response is
@@ -35,7 +35,7 @@ async def replay(request):
     model = body.get("model", "") if isinstance(body, dict) else ""
     rec = new_record(request, raw, start, model, True)
     gen = respond(rec, REPLAY["events"], REPLAY["think_ms"] / 1000, REPLAY["interval_ms"] / 1000)
-    return StreamingResponse(gen, media_type=REPLAY["media_type"])
+    return StreamingResponse(gen, media_type=REPLAY["media_type"], headers=dict(REPLAY.get("headers") or []))
 
 
 app = make_app("/{path:path}", replay)

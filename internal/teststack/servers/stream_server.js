@@ -17,7 +17,8 @@
 // linked into node). express is looked up through NODE_PATH.
 //
 // TW_REPLAY, a JSON file {"media_type": ..., "events": [...], "think_ms":
-// N, "interval_ms": N}, streams those events instead, for every POST
+// N, "interval_ms": N, "headers": [[name, value], ...]}, streams those
+// events instead, with those response headers too, for every POST
 // whatever its path (another server's bytes, as a Node gateway relays
 // them): each its own res.write, the first after think_ms, then one
 // every interval_ms, and res.end() an interval after the last; the events
@@ -111,10 +112,14 @@ async function chat(req, res) {
   };
   let gone = false;
   res.on('close', () => { gone = !res.writableFinished; });
-  res.writeHead(200, {
+  const headers = {
     'Content-Type': REPLAY ? REPLAY.media_type : FORMAT === 'ollama' ? 'application/x-ndjson' : 'text/event-stream',
     'Cache-Control': 'no-cache',
-  });
+  };
+  for (const [name, value] of (REPLAY && REPLAY.headers) || []) {
+    headers[name] = value;
+  }
+  res.writeHead(200, headers);
   if (param('flush_headers')) {
     res.flushHeaders();
   }
