@@ -11,6 +11,12 @@
 #define WRITE_DATA 4       /* a terminating write that also carries body data */
 #define WRITE_HEAD_SHIFT 4 /* a head write: its head_flags from this bit on */
 
+/* Bytes of a response's first write (its head, and body bytes written
+ * with it) its record carries; "chunked" is looked for in the first
+ * TW_PEEK_MAX of them (head_flags). Here, not in tokenwire.h, which the
+ * bench's record producer compiles too. */
+#define TW_HEAD_MAX 2048
+
 /* Whether body writes (a stream's first and the ends of its last events)
  * go to user space for its GenAI details (streams.response_details). */
 const volatile __u8 response_details = 1;

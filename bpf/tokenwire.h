@@ -61,8 +61,7 @@ enum tw_counter {
  * Streams (stream.bpf.c)
  * ===================================================================== */
 
-#define TW_PEEK_MAX 512      /* bytes of a body write a record carries, and of a head "chunked" is looked for in */
-#define TW_HEAD_MAX 2048     /* bytes of a response's first write (its head) a record carries */
+#define TW_PEEK_MAX 512      /* bytes of a body write a record carries (a head's: TW_HEAD_MAX) */
 #define TW_REQ_SLICE 4096    /* bytes of a request a record carries */
 #define TW_GAP_BUCKETS 17    /* chunk-interval histogram: 16 bounds + overflow */
 
