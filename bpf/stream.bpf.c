@@ -106,20 +106,42 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 		tls_arrival(sk, st, now);
 		return 0;
 	}
-	if (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED) && !st->pending_req_ts) {
-		/* A request pipelined behind a chunked response that is still
-		 * being written: it starts when that one's terminator ends it. A
-		 * second one does not wait: a missed terminator costs at most
-		 * one request. */
-		st->pending_req_ts = now;
-		return 0;
-	}
+	/* A request can come before the write that ended the response
+	 * before it has been reported: the write hooks run once tcp_sendmsg
+	 * has queued the bytes, and on loopback delivered them (the
+	 * tracepoint after the socket's lock is released; fexit and
+	 * kretprobe under it, but a write that waits for buffer space
+	 * releases it), so the client may have read them and sent its next
+	 * request. Such a request waits (pending_req_ts) for that report,
+	 * as one pipelined behind a chunked response waits for its
+	 * terminator. More of it with nothing written since (a request in
+	 * several segments) is the same request, from its last byte; after
+	 * a write it is a second one, which does not wait: a missed
+	 * terminator costs at most one request. */
+	__u32 sent = BPF_CORE_READ(tp, write_seq);
 	if (st->state == TW_ST_REQUEST) {
-		st->req_ts = now; /* the last byte of the request wins */
+		if (sent == st->req_seq) {
+			st->req_ts = now; /* the last byte of the request wins */
+			return 0;
+		}
+		/* Bytes queued since the request came and not reported yet
+		 * (a reported write begins the response or moves req_seq,
+		 * head_sent), or never (head_sent). */
+		if (!st->pending_req_ts || sent == st->pending_seq) {
+			st->pending_req_ts = now;
+			st->pending_seq = sent;
+			return 0;
+		}
+	}
+	if (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED) &&
+	    (!st->pending_req_ts || sent == st->pending_seq)) {
+		st->pending_req_ts = now;
+		st->pending_seq = sent;
 		return 0;
 	}
 	end_stream(sk, st, TW_END_NEXT_REQUEST, now);
 	begin_stream(st, now, now);
+	st->req_seq = sent;
 	return 0;
 }
 
@@ -377,9 +399,12 @@ int BPF_KRETPROBE(tw_st_recv_krp, int ret)
 
 /* sent: sock:sock_send_length, or tcp_sendmsg_locked's return. The
  * latter runs under the socket lock, so a FIN or the next request that
- * arrives meanwhile is processed after the write is accounted; the
- * tracepoint fires after the lock is released, and user space drops the
- * second END record when the two race. */
+ * arrives meanwhile is processed after the write is accounted, unless
+ * the write waited for buffer space, which releases the lock; the
+ * tracepoint fires after the lock is released. Either way a write may be
+ * reported after the FIN (on_state) or the next request (on_data_ready)
+ * that followed it, and user space drops the second END record when two
+ * race. */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(tw_st_sent_btf, struct sock *sk, int ret)
 {

@@ -43,7 +43,9 @@ struct stream_state {
 	/* per connection */
 	__u32 portpair;     /* fallback map: tells a reused socket address apart */
 	__u64 gen;          /* when the connection was first seen; 0: new state */
-	__u64 pending_req_ts; /* a request that came during a chunked response */
+	/* A request that came before the response it follows was reported
+	 * to end (on_data_ready): the next stream's, once it has. */
+	__u64 pending_req_ts;
 	/* per TLS connection (stream_tls.h) */
 	__u64 rx_ts;    /* when the client's bytes last reached the socket */
 	__u32 rx_left;  /* bytes of the peer's current TLS record not read yet */
@@ -58,6 +60,10 @@ struct stream_state {
 	__u8 rx_held;   /* a client's: enum held_record (stream_client.h) */
 	__u32 seq;     /* streams begun on this connection */
 	__u32 fin_seq; /* the socket's write_seq when fin_ts was set */
+	/* The socket's write_seq when the stream's request reached it: a
+	 * write whose bytes began before it is the previous response's. */
+	__u32 req_seq;
+	__u32 pending_seq; /* the socket's write_seq when pending_req_ts was set */
 	/* A client's TLS connection timed from its records: the socket's
 	 * rcv_nxt when its request was written. The server sent the bytes
 	 * before it before it could have read the request (session tickets
@@ -130,8 +136,8 @@ const volatile __u32 state_slot_mask = 0;
 struct state_slot {
 	__u64 owner; /* the socket's address; 0: free */
 	struct stream_state st;
-	__u64 _pad;
 };
+_Static_assert(sizeof(struct state_slot) == 256, "a slot is four cache lines, shared with no other slot");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -254,7 +260,7 @@ static __always_inline struct stream_state *fresh_state(struct stream_state *st,
 }
 
 /* track_in_map is track for state kept in tw_st_socks (no socket
- * storage). Out of line: the zeroed state it inserts (240 bytes) would
+ * storage). Out of line: the zeroed state it inserts (248 bytes) would
  * otherwise sit in the hook's frame, under every call the hook makes. */
 static __noinline struct stream_state *track_in_map(const struct sock *sk, __u32 portpair, __u64 now)
 {
@@ -467,6 +473,15 @@ static __noinline void begin_stream(struct stream_state *st, __u64 req_ts, __u64
 	st->fin_ts = 0;
 	for (int i = 0; i < TW_GAP_BUCKETS; i++)
 		st->gap_counts[i] = 0;
+}
+
+/* begin_pending starts the stream of the request that came while the
+ * previous response was under way (pending_req_ts), the bytes before
+ * sent (a write_seq) being that response's. */
+static __always_inline void begin_pending(struct stream_state *st, __u64 now, __u32 sent)
+{
+	begin_stream(st, st->pending_req_ts, now);
+	st->req_seq = sent;
 }
 
 /* gap_bucket returns the index of the first bound >= gap (16: none), by

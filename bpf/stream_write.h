@@ -10,7 +10,8 @@
  * not begun (IDLE, REQUEST): the response's head, or its first write when
  * its bytes are unknown. It returns whether the write is a chunk. Out of
  * line: once per response, and kept out of the way of the chunks' path. */
-static __noinline int response_begins(struct stream_state *st, __u8 flags, __u64 ret, __u64 now)
+static __noinline int response_begins(const struct sock *sk, struct stream_state *st, __u8 flags, __u64 ret,
+					__u64 now)
 {
 	__u8 head = flags >> WRITE_HEAD_SHIFT;
 	if (st->state == TW_ST_IDLE) {
@@ -28,6 +29,14 @@ static __noinline int response_begins(struct stream_state *st, __u8 flags, __u64
 	/* http: the head write is not a chunk here; any body bytes it
 	 * carried are credited in user space from head_bytes. */
 	st->head_bytes = ret;
+	if (st->pending_req_ts && !(head & TW_RESP_CHUNKED)) {
+		/* The next request came before this write was reported: a
+		 * client that waits for its response had it whole, from this
+		 * write. (A chunked one ends at its terminator, in this write
+		 * or a later one.) */
+		end_stream(sk, st, TW_END_NEXT_REQUEST, now);
+		begin_pending(st, now, BPF_CORE_READ((const struct tcp_sock *)sk, write_seq));
+	}
 	return 0;
 }
 
@@ -37,9 +46,9 @@ static __noinline int response_begins(struct stream_state *st, __u8 flags, __u64
 static __always_inline void account_write(const struct sock *sk, struct stream_state *st, __u8 flags, __u64 ret,
 					  __u64 now)
 {
-	if ((flags >> WRITE_HEAD_SHIFT) & TW_RESP_INTERIM)
-		return; /* 100 Continue, 103 Early Hints: the response is yet to come */
-	if (st->state == TW_ST_RESPONSE || response_begins(st, flags, ret, now)) {
+	if (flags & WRITE_SKIP)
+		return; /* 100 Continue, 103 Early Hints, a late write (head_sent) */
+	if (st->state == TW_ST_RESPONSE || response_begins(sk, st, flags, ret, now)) {
 		/* A terminator ends the response; the write carried its last
 		 * chunk too when it has data before it. */
 		if (!(flags & WRITE_TERMINATOR) || (flags & WRITE_DATA))
@@ -54,7 +63,7 @@ static __always_inline void account_write(const struct sock *sk, struct stream_s
 	if (flags & WRITE_TERMINATOR) {
 		end_stream(sk, st, TW_END_TERMINATOR, now);
 		if (st->pending_req_ts)
-			begin_stream(st, st->pending_req_ts, now);
+			begin_pending(st, now, BPF_CORE_READ((const struct tcp_sock *)sk, write_seq));
 	}
 }
 

@@ -36,7 +36,6 @@ type StreamStateSlot struct {
 	_     structs.HostLayout
 	Owner uint64
 	St    StreamStreamState
-	Pad   uint64
 }
 
 type StreamStreamKey struct {
@@ -99,6 +98,8 @@ type StreamStreamState struct {
 	RxHeld            uint8
 	Seq               uint32
 	FinSeq            uint32
+	ReqSeq            uint32
+	PendingSeq        uint32
 	RxMark            uint32
 	HeldLen           uint32
 	HeldTs            uint64

@@ -401,7 +401,12 @@ func TestFloodShedsPayloadsAndKeepsEnds(t *testing.T) {
 			streams := rec.ends(t, n)
 			ends := requireCompleted(t, streams, n)
 			for _, e := range ends {
-				if e.Stats.Chunks != 2 || e.Reason != EndTerminator {
+				// Behind a head whose "chunked" is past the first
+				// PeekMax bytes, the kernel's look, a next request that
+				// overtakes the report of the terminator's write ends
+				// the stream (docs/measurements.md), with the same chunks.
+				end := e.Reason == EndTerminator || c.pad > 0 && e.Reason == EndNextRequest
+				if e.Stats.Chunks != 2 || !end {
 					t.Errorf("stream %+v: %d chunks, end %v; want 2, terminator", e.ID, e.Stats.Chunks, e.Reason)
 				}
 			}

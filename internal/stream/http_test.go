@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -150,27 +151,66 @@ func TestEarlyHintsAreNotTheHead(t *testing.T) {
 }
 
 // Pipelined requests on one connection are separate streams, each from
-// its own request: sent together, and the second while the first
-// response is still being written.
+// its own request: sent together, the second while the first response is
+// still being written, and the second in two segments (a request's body
+// written after its head, as HTTP clients do), which is one request, not
+// two: the first stream still ends at its terminator.
 func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 	bpftest.Require(t)
-	for _, late := range []bool{false, true} {
-		t.Run(fmt.Sprintf("second sent during the first response=%v", late), func(t *testing.T) {
-			addr, port := serve(t, sseEvents(4, nil))
+	for _, c := range []struct {
+		name        string
+		late, split bool
+	}{
+		{"sent together", false, false},
+		{"second sent during the first response", true, false},
+		{"second sent during the first response in two segments", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// The first response's events wait for the client's
+			// second request: nothing is written between its segments.
+			release := make(chan struct{})
+			if !c.late {
+				close(release)
+			}
+			srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				w.(http.Flusher).Flush()
+				<-release
+				for i := range 4 {
+					time.Sleep(3 * time.Millisecond)
+					fmt.Fprintf(w, "data: %d\n\n", i)
+					w.(http.Flusher).Flush()
+				}
+			})
+			addr, port := serve(t, srv)
 			_, rec := trace(t, port)
-			c := dialRaw(t, addr)
+			conn := dialRaw(t, addr)
 			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
-			br := bufio.NewReader(c)
+			post := "POST /two HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n"
+			br := bufio.NewReader(conn)
 			var sent2 uint64
-			if late {
-				io.WriteString(c, req("/one"))
-				if _, err := br.Peek(1); err != nil { // the first response has begun
+			switch {
+			case c.split:
+				io.WriteString(conn, req("/one"))
+				if _, err := br.Peek(1); err != nil { // the first response's head
+					t.Fatal(err)
+				}
+				io.WriteString(conn, post)
+				sent2 = teststack.MonotonicNow()
+				io.WriteString(conn, `{"stream":true}`+"\n")
+				close(release)
+			case c.late:
+				io.WriteString(conn, req("/one"))
+				if _, err := br.Peek(1); err != nil {
 					t.Fatal(err)
 				}
 				sent2 = teststack.MonotonicNow()
-				io.WriteString(c, req("/two"))
-			} else {
-				io.WriteString(c, req("/one")+req("/two"))
+				io.WriteString(conn, req("/two"))
+				close(release)
+			default:
+				io.WriteString(conn, req("/one")+req("/two"))
 			}
 			readChunked(t, br)
 			readChunked(t, br)
@@ -184,10 +224,10 @@ func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 				}
 			}
 			second := ends[1].Stats
-			if late && second.RequestTS < sent2 {
-				t.Errorf("second request stamped at %d, before it was sent (%d)", second.RequestTS, sent2)
+			if c.late && second.RequestTS < sent2 {
+				t.Errorf("second request stamped at %d, before its last bytes were sent (%d)", second.RequestTS, sent2)
 			}
-			if !late && second.RequestTS != ends[0].Stats.RequestTS {
+			if !c.late && second.RequestTS != ends[0].Stats.RequestTS {
 				t.Errorf("requests sent together stamped %d and %d", ends[0].Stats.RequestTS, second.RequestTS)
 			}
 			if second.FirstChunkTS <= ends[0].Stats.EndTS {
@@ -195,6 +235,208 @@ func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A write reported after the client's next request reached the socket
+// is still the response it was written for: here a thread-per-connection
+// server's blocking write, which returns only once the client has read
+// most of it, by when the client has sent its next request. The write
+// is the sized body after its head, or the head and body together. The
+// next stream is the next response alone: its head, its events, its
+// terminator, timed from its request.
+func TestWriteReportedAfterTheNextRequest(t *testing.T) {
+	bpftest.Require(t)
+	for _, c := range []struct {
+		name  string
+		whole bool // head and body in the blocking write
+	}{
+		{"body after its head", false},
+		{"head and body in one write", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const size = 16 << 20 // far more than the socket buffers hold
+			head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+			addr, port, served := serveThenStream(t, func(conn *net.TCPConn) error {
+				body := bytes.Repeat([]byte("x"), size)
+				if c.whole {
+					body = append([]byte(head), body...)
+				} else {
+					io.WriteString(conn, head)
+				}
+				if n, err := teststack.BlockingWrite(conn, body); err != nil || n != len(body) {
+					return fmt.Errorf("blocking write: %d of %d bytes, %v", n, len(body), err)
+				}
+				return nil
+			})
+			_, rec := trace(t, port)
+			conn := dialRaw(t, addr)
+			sent1 := teststack.MonotonicNow()
+			io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+			// Bytes past the head have come: the blocking write has begun,
+			// and waits for this client to read.
+			if err := teststack.AwaitUnread(conn.(*net.TCPConn), len(head)+1, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			sent2 := teststack.MonotonicNow()
+			io.WriteString(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
+				t.Fatalf("first body: %d of %d bytes, %v", n, size, err)
+			}
+			readChunked(t, br)
+			if err := <-served; err != nil {
+				t.Fatal(err)
+			}
+			streams := rec.ends(t, 2)
+			ends := requireCompleted(t, streams, 2)
+			if ends[0].ID.Seq > ends[1].ID.Seq {
+				ends[0], ends[1] = ends[1], ends[0]
+			}
+			first, second := ends[0], ends[1]
+			if first.Reason != EndNextRequest || first.Stats.RequestTS < sent1 || first.Stats.RequestTS > sent2 {
+				t.Errorf("first stream: end %v, request at %d; want next_request, from its request (sent at %d, the next at %d)",
+					first.Reason, first.Stats.RequestTS, sent1, sent2)
+			}
+			if h := heads(streams[first.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+				t.Errorf("first stream's heads %q, want its 200", clip(h))
+			}
+			if h := heads(streams[second.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+				t.Errorf("second stream's heads %q, want its own 200", clip(h))
+			}
+			if second.Stats.Chunks != 2 || second.Reason != EndTerminator || second.Stats.RequestTS < sent2 {
+				t.Errorf("second stream: %d chunks, end %v, request at %d (sent at %d); want 2, terminator, from its request",
+					second.Stats.Chunks, second.Reason, second.Stats.RequestTS, sent2)
+			}
+		})
+	}
+}
+
+// A response sent with sendfile(2), whose write the kernel does not
+// report before Linux 6.5 (it does not pass tcp_sendmsg_locked there),
+// does not shift the connection's streams: the next request's response
+// is that request's stream, its head, events, terminator and request
+// time its own. From 6.5 the sendfile write is reported, as an opaque
+// response that the next request ends.
+func TestUnreportedResponseDoesNotShiftTheNextStream(t *testing.T) {
+	bpftest.Require(t)
+	file, err := os.CreateTemp(t.TempDir(), "response")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"object":"list","data":[{"id":"m"}]}`
+	fmt.Fprintf(file, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	file.Close()
+	addr, port, served := serveThenStream(t, func(c *net.TCPConn) error {
+		f, err := os.Open(file.Name())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = c.ReadFrom(f) // sendfile(2)
+		return err
+	})
+	_, rec := trace(t, port)
+	conn := dialRaw(t, addr)
+	br := bufio.NewReader(conn)
+	io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(resp.Body); err != nil || string(got) != body {
+		t.Fatalf("first body %q, %v", got, err)
+	}
+	sent2 := teststack.MonotonicNow()
+	io.WriteString(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+	readChunked(t, br)
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	streams := rec.ends(t, 2)
+	var ends []Record // both streams', the first with no response where its write went unreported
+	for _, recs := range streams {
+		for _, r := range recs {
+			if r.Kind == KindEnd {
+				ends = append(ends, r)
+			}
+		}
+	}
+	if len(ends) != 2 {
+		requireCompleted(t, streams, 2) // logs every record
+		t.Fatalf("%d streams ended, want 2", len(ends))
+	}
+	if ends[0].ID.Seq > ends[1].ID.Seq {
+		ends[0], ends[1] = ends[1], ends[0]
+	}
+	first, second := ends[0], ends[1]
+	if first.Reason != EndNextRequest && first.Reason != EndNoResponse || first.Stats.RequestTS > sent2 {
+		t.Errorf("first stream: end %v, request at %d; want next_request (reported) or no_response, from its request (the next sent at %d)",
+			first.Reason, first.Stats.RequestTS, sent2)
+	}
+	if h := heads(streams[second.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+		t.Errorf("second stream's heads %q, want its own 200", clip(h))
+	}
+	if second.Stats.Chunks != 2 || second.Reason != EndTerminator || second.Stats.RequestTS < sent2 {
+		t.Errorf("second stream: %d chunks, end %v, request at %d (sent at %d); want 2, terminator, from its request",
+			second.Stats.Chunks, second.Reason, second.Stats.RequestTS, sent2)
+	}
+	t.Logf("the sendfile response ended %v", first.Reason)
+}
+
+// serveThenStream accepts one connection on a free 127.0.0.1 port and
+// answers its first request with first, its second with a chunked SSE
+// stream: the head, two events 3 ms apart and the terminator, each its own
+// write. The channel gets the answer's error.
+func serveThenStream(t *testing.T, first func(*net.TCPConn) error) (addr string, port uint16, served <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			nc, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			c := nc.(*net.TCPConn)
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if _, err := http.ReadRequest(br); err != nil {
+				return err
+			}
+			if err := first(c); err != nil {
+				return err
+			}
+			if _, err := http.ReadRequest(br); err != nil {
+				return err
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			for _, ev := range []string{"data: a\n\n", "data: b\n\n"} {
+				time.Sleep(3 * time.Millisecond)
+				io.WriteString(c, teststack.ChunkFramed(ev))
+			}
+			time.Sleep(3 * time.Millisecond)
+			_, err = io.WriteString(c, "0\r\n\r\n")
+			return err
+		}()
+	}()
+	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port), done
+}
+
+// clip shortens lines to 40 bytes for a failure's message.
+func clip(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = l[:min(len(l), 40)]
+	}
+	return out
 }
 
 // A client that closes right after the [DONE] event, before the final

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -82,4 +83,58 @@ func SendAll(c *net.TCPConn, mode SendMode, parts [][]byte) (int, error) {
 		}
 	}
 	return calls, nil
+}
+
+// BlockingWrite writes p to c in one blocking write(2), as a
+// thread-per-connection server does (cpp-httplib's, which llama.cpp
+// serves with; Python's socketserver): the syscall returns once the
+// kernel has queued every byte, however long the peer takes to read.
+// It returns the bytes written; fewer than len(p) only if a signal cut
+// the wait short.
+func BlockingWrite(c *net.TCPConn, p []byte) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var werr error
+	if err := rc.Control(func(fd uintptr) {
+		if werr = unix.SetNonblock(int(fd), false); werr != nil {
+			return
+		}
+		n, werr = unix.Write(int(fd), p)
+		if err := unix.SetNonblock(int(fd), true); werr == nil {
+			werr = err
+		}
+	}); err != nil {
+		return 0, err
+	}
+	return n, werr
+}
+
+// AwaitUnread waits until at least n bytes wait unread in c's receive
+// queue, polling every millisecond up to timeout.
+func AwaitUnread(c *net.TCPConn, n int, timeout time.Duration) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var unread int
+		var ierr error
+		if err := rc.Control(func(fd uintptr) { unread, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+			return err
+		}
+		if ierr != nil {
+			return ierr
+		}
+		if unread >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d bytes unread after %v, want %d", unread, timeout, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
