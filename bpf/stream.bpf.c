@@ -126,7 +126,7 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 		}
 		/* Bytes queued since the request came and not reported yet
 		 * (a reported write begins the response or moves req_seq,
-		 * head_sent), or never (head_sent). */
+		 * account_write), or never (answer_sent). */
 		if (!st->pending_req_ts || sent == st->pending_seq) {
 			st->pending_req_ts = now;
 			st->pending_seq = sent;
@@ -197,7 +197,7 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	 * bytes were queued before the FIN came (write_seq has not moved
 	 * since), and the stream ends at the FIN either way. */
 	if (!fin || BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) == st->fin_seq) {
-		__u8 flags = peek_sent(sk, st, ret, typed, it);
+		__u8 flags = peek_sent(sk, st, ret, typed, it, 1);
 		account_write(sk, st, flags, ret, fin ? fin : now);
 	}
 	if (fin)

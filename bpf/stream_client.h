@@ -432,7 +432,7 @@ static __always_inline int client_recv(const struct sock *sk, int ret, const int
 		client_end(sk, st, TW_END_CLOSE, now);
 		return 0;
 	}
-	__u8 flags = peek_sent(sk, st, ret, 0, NULL);
+	__u8 flags = peek_sent(sk, st, ret, 0, NULL, 0);
 	account_write(sk, st, flags, ret, now);
 	return 0;
 }

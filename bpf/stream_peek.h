@@ -11,7 +11,7 @@
 #define WRITE_DATA 4       /* a terminating write that also carries body data */
 #define WRITE_HEAD_SHIFT 4 /* a head write: its head_flags from this bit on */
 /* A write that is no part of the response: an interim head, or the
- * previous response's last write reported late (head_sent). */
+ * previous response's last write reported late (answer_sent). */
 #define WRITE_SKIP (TW_RESP_INTERIM << WRITE_HEAD_SHIFT)
 
 /* Bytes of a response's first write (its head, and body bytes written
@@ -541,76 +541,25 @@ static __always_inline __u8 head_ends(__u8 head, const char *buf, __u64 n)
 	return WRITE_TERMINATOR | WRITE_DATA;
 }
 
-/* no_response_yet notes a server's write that is not the response to the
- * request under way (an interim head such as 100 Continue, or the end of
- * the response before it, reported late): the response is yet to come,
- * and what reached the socket since, such as the body the 100 asked for,
- * is still the request. sent: the socket's write_seq after it. */
-static __always_inline void no_response_yet(struct stream_state *st, __u32 sent)
-{
-	if (st->pending_req_ts) {
-		st->req_ts = st->pending_req_ts;
-		st->pending_req_ts = 0;
-	}
-	st->req_seq = sent;
-}
-
 /* head_sent classifies a write made while no response is under way (or
  * a client's read; peek_sent) by its head, read from the syscall's first
  * buffer: a response's head is sent to user space, an interim head or a
  * write that is no head is not; a chunked response that the buffer
- * carried whole ends there (head_ends). A write that began before the
- * request came is skipped (WRITE_SKIP). The buffers of a gathered write
+ * carried whole ends there (head_ends). The buffers of a gathered write
  * after its first go out with the head (gather_head), but its end is not
  * looked for, which keeps this, checked once per caller's state, cheap to
  * verify. */
 static __noinline __u8 head_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
-	if (st->state == TW_ST_REQUEST && !st->client) {
-		__u32 sent = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
-		__u32 began = sent - (__u32)ret;
-		/* Its bytes began before the request came (req_seq), and it
-		 * was reported after (a write that waited for the client to
-		 * read, or whose report the client's next request overtook):
-		 * the end of the response that request ended, not this one's
-		 * start. */
-		if ((__s32)(began - st->req_seq) < 0) {
-			no_response_yet(st, sent);
-			return WRITE_SKIP;
-		}
-		/* It began after a request that came while this one waited
-		 * (pending_req_ts): that one's answer. This request's answer
-		 * went unreported (sendfile before Linux 6.5, a return probe the
-		 * kernel missed): it ends with none. */
-		if (st->pending_req_ts && (__s32)(began - st->pending_seq) >= 0) {
-			end_stream(sk, st, TW_END_NO_RESPONSE, st->pending_req_ts);
-			begin_pending(st, bpf_ktime_get_ns(), began);
-		}
-	}
 	struct user_io io;
 	if (syscall_io(&io))
 		return 0;
 	__u64 len = io.iov[0].iov_len < (__u64)ret ? io.iov[0].iov_len : (__u64)ret;
 	__u8 head = peek_response(sk, st, io.iov[0].iov_base, len, ret, &io);
-	if ((head & TW_RESP_INTERIM) && st->state == TW_ST_REQUEST && !st->client)
-		no_response_yet(st, BPF_CORE_READ((const struct tcp_sock *)sk, write_seq));
 	__u8 flags = WRITE_PEEKED | (head << WRITE_HEAD_SHIFT);
 	if (len == (__u64)ret)
 		flags |= head_ends(head, io.iov[0].iov_base, len);
 	return flags;
-}
-
-/* peek_sent looks at what a finished write carried, from the writer's own
- * syscall arguments: the response head for the first write of a response,
- * terminators for the others. 0: the write's buffers are unknown (a kernel
- * thread, sendfile, io_uring), so the stream is opaque. sent, it: as in
- * body_flags. */
-static __always_inline __u8 peek_sent(const struct sock *sk, struct stream_state *st, int ret, const int sent,
-				      const struct iov_iter *it)
-{
-	if (st->state == TW_ST_RESPONSE)
-		return body_flags(sk, st, ret, sent, it);
-	return head_sent(sk, st, ret);
 }
 
 /* peek_plain is peek_sent for a write of n bytes of plaintext at buf
