@@ -119,21 +119,14 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 	 * a write it is a second one, which does not wait: a missed
 	 * terminator costs at most one request. */
 	__u32 sent = BPF_CORE_READ(tp, write_seq);
-	if (st->state == TW_ST_REQUEST) {
-		if (sent == st->req_seq) {
-			st->req_ts = now; /* the last byte of the request wins */
-			return 0;
-		}
-		/* Bytes queued since the request came and not reported yet
-		 * (a reported write begins the response or moves req_seq,
-		 * account_write), or never (answer_sent). */
-		if (!st->pending_req_ts || sent == st->pending_seq) {
-			st->pending_req_ts = now;
-			st->pending_seq = sent;
-			return 0;
-		}
+	if (st->state == TW_ST_REQUEST && sent == st->req_seq) {
+		st->req_ts = now; /* the last byte of the request wins */
+		return 0;
 	}
-	if (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED) &&
+	/* In REQUEST state: bytes were queued since the request came and
+	 * not reported yet (a reported write begins the response or moves
+	 * req_seq, account_write), or never (answer_sent). */
+	if ((st->state == TW_ST_REQUEST || (st->state == TW_ST_RESPONSE && (st->resp_flags & TW_RESP_CHUNKED))) &&
 	    (!st->pending_req_ts || sent == st->pending_seq)) {
 		st->pending_req_ts = now;
 		st->pending_seq = sent;
@@ -194,9 +187,9 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	__u64 now = bpf_ktime_get_ns();
 	__u64 fin = st->fin_ts;
 	/* A FIN is pending (on_state): this write is the client's if its
-	 * bytes were queued before the FIN came (write_seq has not moved
-	 * since), and the stream ends at the FIN either way. */
-	if (!fin || BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) == st->fin_seq) {
+	 * bytes began before the FIN came (fin_seq), and the stream ends at
+	 * the FIN either way. */
+	if (!fin || began_before(sk, ret, st->fin_seq)) {
 		__u8 flags = peek_sent(sk, st, ret, typed, it, 1);
 		account_write(sk, st, flags, ret, fin ? fin : now);
 	}
@@ -225,17 +218,22 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	if (st->client)
 		return client_state(sk, st, newstate, now, moved);
 	if (newstate == TCP_CLOSE_WAIT) {
-		/* The client's FIN during a response. A write whose bytes were
-		 * queued before it may be reported after it: sock_send_length
-		 * fires once tcp_sendmsg has released the socket, and in
-		 * between the client can read those bytes (a terminator) and
-		 * close, its FIN taken from the backlog by release_sock or, on
-		 * a busy or emulated CPU, by another CPU after it. So the end
-		 * waits for the socket's next write report (its bytes count if
-		 * write_seq has not moved since the FIN) or its close. */
-		if (!st->tls && st->state == TW_ST_RESPONSE) {
+		/* The client's FIN during a response, or after bytes were
+		 * queued for the request under way (write_seq has moved since
+		 * req_seq) but before their write was reported. Such a write
+		 * may be reported after the FIN: sock_send_length fires once
+		 * tcp_sendmsg has released the socket, and in between the
+		 * client can read those bytes (a terminator, a whole response)
+		 * and close, its FIN taken from the backlog by release_sock
+		 * or, on a busy or emulated CPU, by another CPU after it; a
+		 * write that waits for buffer space releases the socket too.
+		 * So the end waits for the socket's next write report (its
+		 * bytes count if they began before the FIN) or its close. */
+		__u32 sent = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
+		if (!st->tls &&
+		    (st->state == TW_ST_RESPONSE || (st->state == TW_ST_REQUEST && sent != st->req_seq))) {
 			st->fin_ts = now;
-			st->fin_seq = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
+			st->fin_seq = sent;
 			return 0;
 		}
 		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);

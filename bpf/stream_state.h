@@ -26,10 +26,10 @@ struct stream_state {
 	__u8 resp_flags; /* enum tw_response_flag of this response */
 	__u8 ended_by_terminator; /* IDLE after a chunked response's end */
 	__u8 tls;                 /* TLS_* (stream_tls.h): 0 on a plaintext connection */
-	/* The client's FIN came during the response (on_state): the stream
-	 * ends at this time once a write that may have queued its bytes
-	 * before it has reported, or the socket closed. 0: none pending.
-	 * Read on every write. */
+	/* The client's FIN came during the response, or before the report
+	 * of a write for the request (on_state): the stream ends at this time
+	 * once a write that may have begun before it has reported, or the
+	 * socket closed. 0: none pending. Read on every write. */
 	__u64 fin_ts;
 	/* per chunk, one bucket */
 	__u32 gap_counts[TW_GAP_BUCKETS];

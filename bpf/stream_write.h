@@ -46,6 +46,14 @@ static __always_inline void no_response_yet(struct stream_state *st, __u32 sent)
 	st->req_seq = sent;
 }
 
+/* began_before reports whether a write of ret bytes on sk, just reported,
+ * began before the socket's write_seq was mark. */
+static __always_inline int began_before(const struct sock *sk, int ret, __u32 mark)
+{
+	__u32 began = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) - (__u32)ret;
+	return (__s32)(began - mark) < 0;
+}
+
 /* answer_sent is head_sent for a server's write of ret bytes, which may
  * have been reported after the client's next request came: a write that
  * began before the request under way came is skipped (WRITE_SKIP), and

@@ -387,47 +387,95 @@ func TestUnreportedResponseDoesNotShiftTheNextStream(t *testing.T) {
 	t.Logf("the sendfile response ended %v", first.Reason)
 }
 
-// serveThenStream accepts one connection on a free 127.0.0.1 port and
+// A client's FIN that comes before the report of the write that answers
+// its request, the whole response in one write: that write is the
+// stream's response, which ends at the FIN (client_closed), not a stream
+// with no response. The client half-closes once the blocking write has
+// begun, and reads the rest: its FIN comes while the write waits for
+// buffer space, as one from a client that read a whole response and
+// closed can come before the report of the write (sock_send_length
+// fires after the socket is released).
+func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
+	bpftest.Require(t)
+	const size = 16 << 20 // far more than the socket buffers hold
+	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	addr, port, served := teststack.ServeConn(t, func(c *net.TCPConn) error {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return err
+		}
+		resp := append([]byte(head), bytes.Repeat([]byte("x"), size)...)
+		if n, err := teststack.BlockingWrite(c, resp); err != nil || n != len(resp) {
+			return fmt.Errorf("blocking write: %d of %d bytes, %v", n, len(resp), err)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			return fmt.Errorf("after the response: %v, want the client's EOF", err)
+		}
+		return nil
+	})
+	_, rec := trace(t, port)
+	conn := dialRaw(t, addr).(*net.TCPConn)
+	sent := teststack.MonotonicNow()
+	io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+	if err := teststack.AwaitUnread(conn, len(head)+1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fin := teststack.MonotonicNow()
+	if err := conn.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
+		t.Fatalf("body: %d of %d bytes, %v", n, size, err)
+	}
+	read := teststack.MonotonicNow()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	streams := rec.ends(t, 1)
+	end := requireCompleted(t, streams, 1)[0]
+	if h := heads(streams[end.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+		t.Errorf("heads %q, want the response's 200", clip(h))
+	}
+	if end.Reason != EndClientClosed || end.Stats.EndTS < fin || end.Stats.EndTS > read {
+		t.Errorf("end %v at %d; want client_closed at the FIN (sent at %d, the body read by %d)",
+			end.Reason, end.Stats.EndTS, fin, read)
+	}
+	if end.Stats.RequestTS < sent || end.Stats.RequestTS > fin || end.Stats.HeadBytes != uint32(len(head)+size) {
+		t.Errorf("request at %d, head write %d bytes; want from the request (sent at %d), %d bytes",
+			end.Stats.RequestTS, end.Stats.HeadBytes, sent, len(head)+size)
+	}
+}
+
+// serveThenStream serves one connection on a free 127.0.0.1 port and
 // answers its first request with first, its second with a chunked SSE
 // stream: the head, two events 3 ms apart and the terminator, each its own
 // write. The channel gets the answer's error.
 func serveThenStream(t *testing.T, first func(*net.TCPConn) error) (addr string, port uint16, served <-chan error) {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	done := make(chan error, 1)
-	go func() {
-		done <- func() error {
-			nc, err := ln.Accept()
-			if err != nil {
-				return err
-			}
-			c := nc.(*net.TCPConn)
-			defer c.Close()
-			br := bufio.NewReader(c)
-			if _, err := http.ReadRequest(br); err != nil {
-				return err
-			}
-			if err := first(c); err != nil {
-				return err
-			}
-			if _, err := http.ReadRequest(br); err != nil {
-				return err
-			}
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-			for _, ev := range []string{"data: a\n\n", "data: b\n\n"} {
-				time.Sleep(3 * time.Millisecond)
-				io.WriteString(c, teststack.ChunkFramed(ev))
-			}
-			time.Sleep(3 * time.Millisecond)
-			_, err = io.WriteString(c, "0\r\n\r\n")
+	return teststack.ServeConn(t, func(c *net.TCPConn) error {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
 			return err
-		}()
-	}()
-	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port), done
+		}
+		if err := first(c); err != nil {
+			return err
+		}
+		if _, err := http.ReadRequest(br); err != nil {
+			return err
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for _, ev := range []string{"data: a\n\n", "data: b\n\n"} {
+			time.Sleep(3 * time.Millisecond)
+			io.WriteString(c, teststack.ChunkFramed(ev))
+		}
+		time.Sleep(3 * time.Millisecond)
+		_, err := io.WriteString(c, "0\r\n\r\n")
+		return err
+	})
 }
 
 // clip shortens lines to 40 bytes for a failure's message.

@@ -84,24 +84,38 @@ func (s *RawServer) answer(c net.Conn, think, interval time.Duration, events []s
 }
 
 // ServeOne serves the first connection to a free 127.0.0.1 port with
-// handle, which owns it until it returns (the connection is closed then);
-// the listener closes when the test ends. It returns the port.
+// handle, as ServeConn does. It returns the port.
 func ServeOne(tb testing.TB, handle func(c *net.TCPConn)) uint16 {
+	tb.Helper()
+	_, port, _ := ServeConn(tb, func(c *net.TCPConn) error {
+		handle(c)
+		return nil
+	})
+	return port
+}
+
+// ServeConn serves the first connection to a free 127.0.0.1 port with
+// answer, which owns it until it returns (the connection is closed then);
+// the listener closes when the test ends. The channel gets answer's error,
+// or the accept's.
+func ServeConn(tb testing.TB, answer func(c *net.TCPConn) error) (addr string, port uint16, done <-chan error) {
 	tb.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ln.Close() })
+	out := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
+			out <- err
 			return
 		}
 		defer c.Close()
-		handle(c.(*net.TCPConn))
+		out <- answer(c.(*net.TCPConn))
 	}()
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
+	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port), out
 }
 
 // ScriptServer answers each connection's request with the writes listed
