@@ -106,6 +106,12 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 		tls_arrival(sk, st, now);
 		return 0;
 	}
+	/* The client's FIN came and waits for a write's report (on_state):
+	 * this is the FIN's own wake-up, which finds the bytes the server
+	 * left unread (a body it did not read), not a request; none can
+	 * come after a FIN. */
+	if (st->fin_ts)
+		return 0;
 	/* A request can come before the write that ended the response
 	 * before it has been reported: the write hooks run once tcp_sendmsg
 	 * has queued the bytes, and on loopback delivered them (the

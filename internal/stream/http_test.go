@@ -387,66 +387,111 @@ func TestUnreportedResponseDoesNotShiftTheNextStream(t *testing.T) {
 	t.Logf("the sendfile response ended %v", first.Reason)
 }
 
-// A client's FIN that comes before the report of the write that answers
-// its request, the whole response in one write: that write is the
-// stream's response, which ends at the FIN (client_closed), not a stream
-// with no response. The client half-closes once the blocking write has
-// begun, and reads the rest: its FIN comes while the write waits for
-// buffer space, as one from a client that read a whole response and
-// closed can come before the report of the write (sock_send_length
-// fires after the socket is released).
+// A client's FIN that comes before the report of the write that ends its
+// response: that write counts, and the stream ends with it, or at the FIN.
+// The client half-closes once a blocking write has begun, and reads the
+// rest: its FIN comes while the write waits for buffer space, as one from
+// a client that read a whole response and closed can come before the
+// write's report (sock_send_length fires after the socket is released).
+//   - The whole response in that one write, sized: it is the stream's
+//     response, which ends at the FIN (client_closed), not a stream with no
+//     response.
+//   - The chunked body's last chunk and terminator in that write, with
+//     bytes of the request left unread: the terminator ends the stream,
+//     and the FIN's wake-up of the socket, which finds those bytes, is no
+//     request of a stream after it.
 func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
 	bpftest.Require(t)
 	const size = 16 << 20 // far more than the socket buffers hold
-	head := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
-	addr, port, served := teststack.ServeConn(t, func(c *net.TCPConn) error {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err != nil {
-			return err
-		}
-		resp := append([]byte(head), bytes.Repeat([]byte("x"), size)...)
-		if n, err := teststack.BlockingWrite(c, resp); err != nil || n != len(resp) {
-			return fmt.Errorf("blocking write: %d of %d bytes, %v", n, len(resp), err)
-		}
-		if _, err := br.ReadByte(); err != io.EOF {
-			return fmt.Errorf("after the response: %v, want the client's EOF", err)
-		}
-		return nil
-	})
-	_, rec := trace(t, port)
-	conn := dialRaw(t, addr).(*net.TCPConn)
-	sent := teststack.MonotonicNow()
-	io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-	if err := teststack.AwaitUnread(conn, len(head)+1, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	fin := teststack.MonotonicNow()
-	if err := conn.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
-		t.Fatalf("body: %d of %d bytes, %v", n, size, err)
-	}
-	read := teststack.MonotonicNow()
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
-	streams := rec.ends(t, 1)
-	end := requireCompleted(t, streams, 1)[0]
-	if h := heads(streams[end.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
-		t.Errorf("heads %q, want the response's 200", clip(h))
-	}
-	if end.Reason != EndClientClosed || end.Stats.EndTS < fin || end.Stats.EndTS > read {
-		t.Errorf("end %v at %d; want client_closed at the FIN (sent at %d, the body read by %d)",
-			end.Reason, end.Stats.EndTS, fin, read)
-	}
-	if end.Stats.RequestTS < sent || end.Stats.RequestTS > fin || end.Stats.HeadBytes != uint32(len(head)+size) {
-		t.Errorf("request at %d, head write %d bytes; want from the request (sent at %d), %d bytes",
-			end.Stats.RequestTS, end.Stats.HeadBytes, sent, len(head)+size)
+	request := "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, c := range []struct {
+		name   string
+		unread string // sent after the request, and not read before the response
+		head   string // its own write unless whole
+		whole  bool   // head and body in the blocking write
+		body   []byte // the blocking write's, after the head if whole
+		reason EndReason
+		chunks uint32
+	}{
+		{"sized, in one write", "", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size),
+			true, bytes.Repeat([]byte("x"), size), EndClientClosed, 0},
+		{"chunked, its end in one write, with request bytes unread", "{}",
+			"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+			false, []byte(teststack.ChunkFramed(strings.Repeat("x", size)) + "0\r\n\r\n"), EndTerminator, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr, port, served := teststack.ServeConn(t, func(conn *net.TCPConn) error {
+				if _, err := io.ReadFull(conn, make([]byte, len(request))); err != nil {
+					return err
+				}
+				body := c.body
+				if c.whole {
+					body = append([]byte(c.head), body...)
+				} else {
+					io.WriteString(conn, c.head)
+				}
+				if n, err := teststack.BlockingWrite(conn, body); err != nil || n != len(body) {
+					return fmt.Errorf("blocking write: %d of %d bytes, %v", n, len(body), err)
+				}
+				// Up to the client's EOF: a close with bytes unread would reset.
+				if rest, err := io.ReadAll(conn); err != nil || string(rest) != c.unread {
+					return fmt.Errorf("after the response: %q, %v; want %q and the client's EOF", rest, err, c.unread)
+				}
+				return nil
+			})
+			_, rec := trace(t, port)
+			conn := dialRaw(t, addr).(*net.TCPConn)
+			sent := teststack.MonotonicNow()
+			io.WriteString(conn, request+c.unread)
+			if err := teststack.AwaitUnread(conn, len(c.head)+1, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			fin := teststack.MonotonicNow()
+			if err := conn.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
+				t.Fatalf("body: %d of %d bytes, %v", n, size, err)
+			}
+			read := teststack.MonotonicNow()
+			if err := <-served; err != nil {
+				t.Fatal(err)
+			}
+			streams := rec.ends(t, 1)
+			end := requireCompleted(t, streams, 1)[0]
+			if len(streams) != 1 {
+				t.Errorf("%d streams, want 1", len(streams))
+				for id, recs := range streams {
+					t.Logf("stream %v:", id)
+					for _, r := range recs {
+						t.Logf("  %v reason %v stats %+v", r.Kind, r.Reason, r.Stats)
+					}
+				}
+			}
+			if h := heads(streams[end.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+				t.Errorf("heads %q, want the response's 200", clip(h))
+			}
+			// The write's report ends the stream at the FIN, as the FIN's
+			// end would have.
+			if end.Reason != c.reason || end.Stats.Chunks != c.chunks || end.Stats.EndTS < fin || end.Stats.EndTS > read {
+				t.Errorf("end %v at %d, %d chunks; want %v, %d chunks, at the FIN (sent at %d, the body read by %d)",
+					end.Reason, end.Stats.EndTS, end.Stats.Chunks, c.reason, c.chunks, fin, read)
+			}
+			headBytes := len(c.head)
+			if c.whole {
+				headBytes += len(c.body)
+			}
+			if end.Stats.HeadBytes != uint32(headBytes) {
+				t.Errorf("head write %d bytes, want %d", end.Stats.HeadBytes, headBytes)
+			}
+			if end.Stats.RequestTS < sent || end.Stats.RequestTS > fin {
+				t.Errorf("request at %d; want from the request (sent at %d)", end.Stats.RequestTS, sent)
+			}
+		})
 	}
 }
 
