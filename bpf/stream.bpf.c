@@ -91,8 +91,10 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 	/* Only new bytes make a request, not a pure ACK or the peer's FIN,
 	 * which takes a sequence number of its own. tcp_sock fields go
 	 * through probe reads: the typed argument is a struct sock. */
-	__s32 unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
-	if (RD(typed, sk, sk_shutdown) & RCV_SHUTDOWN)
+	__u32 nxt = BPF_CORE_READ(tp, rcv_nxt);
+	__s32 unread = nxt - BPF_CORE_READ(tp, copied_seq);
+	int fin = RD(typed, sk, sk_shutdown) & RCV_SHUTDOWN;
+	if (fin)
 		unread--;
 	if (unread <= 0)
 		return 0;
@@ -106,12 +108,12 @@ static __always_inline int on_data_ready(const struct sock *sk, const int typed)
 		tls_arrival(sk, st, now);
 		return 0;
 	}
-	/* The client's FIN came and waits for a write's report (on_state):
-	 * this is the FIN's own wake-up, which finds the bytes the server
-	 * left unread (a body it did not read), not a request; none can
-	 * come after a FIN. */
-	if (st->fin_ts)
+	/* The FIN's own wake-up (it takes a sequence number, past the bytes
+	 * of the last arrival): the unread bytes it finds are ones the
+	 * server left (a body it did not read), not a request. */
+	if (fin && nxt == st->rx_mark + 1)
 		return 0;
+	st->rx_mark = nxt;
 	/* A request can come before the write that ended the response
 	 * before it has been reported: the write hooks run once tcp_sendmsg
 	 * has queued the bytes, and on loopback delivered them (the

@@ -28,8 +28,8 @@ struct stream_state {
 	__u8 tls;                 /* TLS_* (stream_tls.h): 0 on a plaintext connection */
 	/* The client's FIN came during the response, or before the report
 	 * of a write for the request (on_state): the stream ends at this time
-	 * once a write that may have begun before it has reported, or the
-	 * socket closed. 0: none pending. Read on every write. */
+	 * at the socket's next write report, which counts if it began before
+	 * the FIN, or at its close. 0: none pending. Read on every write. */
 	__u64 fin_ts;
 	/* per chunk, one bucket */
 	__u32 gap_counts[TW_GAP_BUCKETS];
@@ -64,10 +64,12 @@ struct stream_state {
 	 * write whose bytes began before it is the previous response's. */
 	__u32 req_seq;
 	__u32 pending_seq; /* the socket's write_seq when pending_req_ts was set */
-	/* A client's TLS connection timed from its records: the socket's
-	 * rcv_nxt when its request was written. The server sent the bytes
-	 * before it before it could have read the request (session tickets
-	 * a client reads only after its request): they are no response. */
+	/* The socket's rcv_nxt: a plaintext server's after the client's
+	 * last bytes reached it (on_data_ready). A client's TLS connection
+	 * timed from its records: when its request was written; the server
+	 * sent the bytes before it before it could have read the request
+	 * (session tickets a client reads only after its request): they are
+	 * no response. */
 	__u32 rx_mark;
 	/* A client's TLS 1.3 connection timed from its records: the first
 	 * record after its first request, held until the next one tells

@@ -404,20 +404,24 @@ func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
 	bpftest.Require(t)
 	const size = 16 << 20 // far more than the socket buffers hold
 	request := "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+	sized := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	chunked := []byte(teststack.ChunkFramed(strings.Repeat("x", size)) + "0\r\n\r\n")
 	for _, c := range []struct {
 		name   string
-		unread string // sent after the request, and not read before the response
-		head   string // its own write unless whole
-		whole  bool   // head and body in the blocking write
-		body   []byte // the blocking write's, after the head if whole
+		unread string // sent with the request, and not read before the response
+		head   string
+		body   []byte // the blocking write's; with the head when whole
+		whole  bool
 		reason EndReason
 		chunks uint32
+		bytes  uint64 // the stream's body bytes
 	}{
-		{"sized, in one write", "", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size),
-			true, bytes.Repeat([]byte("x"), size), EndClientClosed, 0},
-		{"chunked, its end in one write, with request bytes unread", "{}",
-			"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
-			false, []byte(teststack.ChunkFramed(strings.Repeat("x", size)) + "0\r\n\r\n"), EndTerminator, 1},
+		{name: "sized, in one write", head: sized, body: bytes.Repeat([]byte("x"), size), whole: true,
+			reason: EndClientClosed},
+		{name: "chunked, its end in one write, with request bytes unread", unread: "{}",
+			head:   "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+			body:   chunked,
+			reason: EndTerminator, chunks: 1, bytes: uint64(len(chunked))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			addr, port, served := teststack.ServeConn(t, func(conn *net.TCPConn) error {
@@ -427,8 +431,8 @@ func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
 				body := c.body
 				if c.whole {
 					body = append([]byte(c.head), body...)
-				} else {
-					io.WriteString(conn, c.head)
+				} else if _, err := io.WriteString(conn, c.head); err != nil {
+					return err
 				}
 				if n, err := teststack.BlockingWrite(conn, body); err != nil || n != len(body) {
 					return fmt.Errorf("blocking write: %d of %d bytes, %v", n, len(body), err)
@@ -454,10 +458,19 @@ func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != size {
+			// Half the body read: the FIN has come, and the write, which
+			// waits for this client to read all but a socket buffer of
+			// it, has not returned.
+			n, err := io.CopyN(io.Discard, resp.Body, size/2)
+			half := teststack.MonotonicNow()
+			if err == nil {
+				var m int64
+				m, err = io.Copy(io.Discard, resp.Body)
+				n += m
+			}
+			if err != nil || n != size {
 				t.Fatalf("body: %d of %d bytes, %v", n, size, err)
 			}
-			read := teststack.MonotonicNow()
 			if err := <-served; err != nil {
 				t.Fatal(err)
 			}
@@ -475,23 +488,74 @@ func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
 			if h := heads(streams[end.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
 				t.Errorf("heads %q, want the response's 200", clip(h))
 			}
-			// The write's report ends the stream at the FIN, as the FIN's
-			// end would have.
-			if end.Reason != c.reason || end.Stats.Chunks != c.chunks || end.Stats.EndTS < fin || end.Stats.EndTS > read {
-				t.Errorf("end %v at %d, %d chunks; want %v, %d chunks, at the FIN (sent at %d, the body read by %d)",
-					end.Reason, end.Stats.EndTS, end.Stats.Chunks, c.reason, c.chunks, fin, read)
+			// The write's report ends the stream at the FIN.
+			if end.Reason != c.reason || end.Stats.EndTS < fin || end.Stats.EndTS > half {
+				t.Errorf("end %v at %d; want %v at the FIN (sent at %d, half the body read at %d)",
+					end.Reason, end.Stats.EndTS, c.reason, fin, half)
 			}
 			headBytes := len(c.head)
 			if c.whole {
 				headBytes += len(c.body)
 			}
-			if end.Stats.HeadBytes != uint32(headBytes) {
-				t.Errorf("head write %d bytes, want %d", end.Stats.HeadBytes, headBytes)
+			if end.Stats.Chunks != c.chunks || end.Stats.Bytes != c.bytes || end.Stats.HeadBytes != uint32(headBytes) {
+				t.Errorf("%d chunks, %d body bytes, head write %d bytes; want %d, %d, %d",
+					end.Stats.Chunks, end.Stats.Bytes, end.Stats.HeadBytes, c.chunks, c.bytes, headBytes)
 			}
 			if end.Stats.RequestTS < sent || end.Stats.RequestTS > fin {
 				t.Errorf("request at %d; want from the request (sent at %d)", end.Stats.RequestTS, sent)
 			}
 		})
+	}
+}
+
+// A client that closes after its response, with bytes of its request the
+// server did not read: the FIN's wake-up of the socket, which finds those
+// bytes, is no request, so the connection has one stream.
+func TestFinWithRequestBytesUnreadIsNoRequest(t *testing.T) {
+	bpftest.Require(t)
+	request := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+	addr, port, served := teststack.ServeConn(t, func(conn *net.TCPConn) error {
+		if _, err := io.ReadFull(conn, make([]byte, len(request))); err != nil {
+			return err
+		}
+		for _, w := range []string{
+			"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+			teststack.ChunkFramed("data: a\n\n"),
+			"0\r\n\r\n",
+		} {
+			time.Sleep(3 * time.Millisecond)
+			if _, err := io.WriteString(conn, w); err != nil {
+				return err
+			}
+		}
+		// The body stays unread until the client's FIN has come.
+		if err := teststack.AwaitPeerClose(conn, 10*time.Second); err != nil {
+			return err
+		}
+		if rest, err := io.ReadAll(conn); err != nil || string(rest) != "{}" {
+			return fmt.Errorf("after the response: %q, %v; want the body and the client's EOF", rest, err)
+		}
+		return nil
+	})
+	_, rec := trace(t, port)
+	conn := dialRaw(t, addr)
+	io.WriteString(conn, request+"{}")
+	readChunked(t, bufio.NewReader(conn))
+	conn.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	rec.ends(t, 1)
+	time.Sleep(200 * time.Millisecond) // a stream begun by the FIN would end at the server's close
+	streams := rec.ends(t, 1)
+	end := requireCompleted(t, streams, 1)[0]
+	if len(streams) != 1 || end.Reason != EndTerminator || end.Stats.Chunks != 1 {
+		t.Errorf("%d streams, the response's ended %v with %d chunks; want 1, ended by its terminator with 1", len(streams), end.Reason, end.Stats.Chunks)
+		for id, recs := range streams {
+			for _, r := range recs {
+				t.Logf("stream %v: %v reason %v stats %+v", id, r.Kind, r.Reason, r.Stats)
+			}
+		}
 	}
 }
 

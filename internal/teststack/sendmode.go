@@ -138,3 +138,31 @@ func AwaitUnread(c *net.TCPConn, n int, timeout time.Duration) error {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// AwaitPeerClose waits until c's peer has closed its end, its FIN taken
+// (the socket in CLOSE_WAIT), polling every millisecond up to timeout:
+// for a test that must leave bytes unread until then.
+func AwaitPeerClose(c *net.TCPConn, timeout time.Duration) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var info *unix.TCPInfo
+		var ierr error
+		if err := rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+			return err
+		}
+		if ierr != nil {
+			return ierr
+		}
+		if info.State == unix.BPF_TCP_CLOSE_WAIT {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("TCP state %d after %v, want CLOSE_WAIT", info.State, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
