@@ -197,13 +197,40 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
 	/* A FIN is pending (on_state): this write is the client's if its
 	 * bytes began before the FIN came (fin_seq), and the stream ends at
 	 * the FIN either way. */
-	if (!fin || began_before(sk, ret, st->fin_seq)) {
+	if (!fin || seq_before(write_began(sk, ret), st->fin_seq)) {
 		__u8 flags = peek_sent(sk, st, ret, typed, it, 1);
 		account_write(sk, st, flags, ret, fin ? fin : now);
 	}
 	if (fin)
 		end_stream(sk, st, TW_END_CLIENT_CLOSED, fin);
 	return 0;
+}
+
+/* defer_end_at_fin defers the end of a plaintext server's stream at the
+ * client's FIN, which came at now, to what the socket does next.
+ *   - During a response, or after bytes were queued for the request
+ *     under way (write_seq has moved since req_seq) but before their
+ *     write was reported: such a write may be reported after the FIN.
+ *     sock_send_length fires once tcp_sendmsg has released the socket,
+ *     and in between the client can read those bytes (a terminator, a
+ *     whole response) and close, its FIN taken from the backlog by
+ *     release_sock or, on a busy or emulated CPU, by another CPU after
+ *     it; a write that waits for buffer space releases the socket too.
+ *     The end waits for the socket's next write report (its bytes count
+ *     if they began before the FIN) or its close (fin_ts).
+ *   - With nothing queued for the request: the client half-closed and
+ *     waits for its answer, or closed and gave up. The same FIN; the
+ *     writes after it tell them apart, as the client's kernel resets
+ *     them if it closed. They are the answer until then (shut_ts). */
+static __always_inline void defer_end_at_fin(const struct sock *sk, struct stream_state *st, __u64 now)
+{
+	__u32 sent = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
+	if (st->state == TW_ST_REQUEST && sent == st->req_seq) {
+		st->shut_ts = now;
+		return;
+	}
+	st->fin_ts = now;
+	st->fin_seq = sent;
 }
 
 static __always_inline int on_state(const struct sock *sk, int newstate)
@@ -226,22 +253,8 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 	if (st->client)
 		return client_state(sk, st, newstate, now, moved);
 	if (newstate == TCP_CLOSE_WAIT) {
-		/* The client's FIN during a response, or after bytes were
-		 * queued for the request under way (write_seq has moved since
-		 * req_seq) but before their write was reported. Such a write
-		 * may be reported after the FIN: sock_send_length fires once
-		 * tcp_sendmsg has released the socket, and in between the
-		 * client can read those bytes (a terminator, a whole response)
-		 * and close, its FIN taken from the backlog by release_sock
-		 * or, on a busy or emulated CPU, by another CPU after it; a
-		 * write that waits for buffer space releases the socket too.
-		 * So the end waits for the socket's next write report (its
-		 * bytes count if they began before the FIN) or its close. */
-		__u32 sent = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
-		if (!st->tls &&
-		    (st->state == TW_ST_RESPONSE || (st->state == TW_ST_REQUEST && sent != st->req_seq))) {
-			st->fin_ts = now;
-			st->fin_seq = sent;
+		if (!st->tls && st->state != TW_ST_IDLE) {
+			defer_end_at_fin(sk, st, now);
 			return 0;
 		}
 		end_stream(sk, st, TW_END_CLIENT_CLOSED, now);
@@ -251,10 +264,20 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 		end_stream(sk, st, TW_END_CLOSE, now);
 		return 0;
 	}
-	if (st->fin_ts) /* no write reported after the FIN */
-		end_stream(sk, st, TW_END_CLIENT_CLOSED, st->fin_ts);
 	int err = BPF_CORE_READ(sk, sk_err);
-	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
+	int reset = err == ECONNRESET || err == EPIPE;
+	if (st->fin_ts) { /* no write reported after the FIN */
+		end_stream(sk, st, TW_END_CLIENT_CLOSED, st->fin_ts);
+	} else if (st->shut_ts && st->state != TW_ST_IDLE && (reset || st->state == TW_ST_REQUEST)) {
+		/* The client's FIN came before its answer, and the answer
+		 * either never came or was reset by the client's kernel: the
+		 * client had closed, not half-closed, and read nothing
+		 * written after its FIN. No response, at the FIN. */
+		st->state = TW_ST_REQUEST;
+		st->headers_ts = 0;
+		end_stream(sk, st, TW_END_CLIENT_CLOSED, st->shut_ts);
+	}
+	end_stream(sk, st, reset ? TW_END_RESET : TW_END_CLOSE, now);
 	forget(sk, moved);
 	return 0;
 }

@@ -46,12 +46,18 @@ static __always_inline void no_response_yet(struct stream_state *st, __u32 sent)
 	st->req_seq = sent;
 }
 
-/* began_before reports whether a write of ret bytes on sk, just reported,
- * began before the socket's write_seq was mark. */
-static __always_inline int began_before(const struct sock *sk, int ret, __u32 mark)
+/* write_began returns where a write of ret bytes on sk, just reported,
+ * began: the socket's write_seq before it. */
+static __always_inline __u32 write_began(const struct sock *sk, int ret)
 {
-	__u32 began = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) - (__u32)ret;
-	return (__s32)(began - mark) < 0;
+	return BPF_CORE_READ((const struct tcp_sock *)sk, write_seq) - (__u32)ret;
+}
+
+/* seq_before reports whether sequence number a comes before b, in serial
+ * number arithmetic: write_seq wraps. */
+static __always_inline int seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
 }
 
 /* answer_sent is head_sent for a server's write of ret bytes, which may
@@ -66,20 +72,19 @@ static __always_inline int began_before(const struct sock *sk, int ret, __u32 ma
 static __noinline __u8 answer_sent(const struct sock *sk, struct stream_state *st, int ret)
 {
 	if (st->state == TW_ST_REQUEST) {
-		__u32 sent = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
-		__u32 began = sent - (__u32)ret;
+		__u32 began = write_began(sk, ret);
 		/* Its bytes began before the request came (req_seq), and it
 		 * was reported after (a write that waited for the client to
 		 * read, or whose report the client's next request overtook):
 		 * the end of the response that request ended, not this one's
 		 * start (account_write notes it). */
-		if ((__s32)(began - st->req_seq) < 0)
+		if (seq_before(began, st->req_seq))
 			return WRITE_SKIP;
 		/* It began after a request that came while this one waited
 		 * (pending_req_ts): that one's answer. This request's answer
 		 * went unreported (sendfile before Linux 6.5, a return probe
 		 * the kernel missed): it ends with none. */
-		if (st->pending_req_ts && (__s32)(began - st->pending_seq) >= 0) {
+		if (st->pending_req_ts && !seq_before(began, st->pending_seq)) {
 			end_stream(sk, st, TW_END_NO_RESPONSE, st->pending_req_ts);
 			begin_pending(st, bpf_ktime_get_ns(), began);
 		}

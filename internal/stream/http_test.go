@@ -56,6 +56,15 @@ func heads(recs []Record) []string {
 	return out
 }
 
+// kinds lists the kinds of recs, in order.
+func kinds(recs []Record) []Kind {
+	out := make([]Kind, len(recs))
+	for i, r := range recs {
+		out[i] = r.Kind
+	}
+	return out
+}
+
 func requestBytes(recs []Record) []byte {
 	var out []byte
 	for _, r := range recs {
@@ -556,6 +565,117 @@ func TestFinWithRequestBytesUnreadIsNoRequest(t *testing.T) {
 				t.Logf("stream %v: %v reason %v stats %+v", id, r.Kind, r.Reason, r.Stats)
 			}
 		}
+	}
+}
+
+// The client's FIN with nothing written yet for its request: a client
+// that half-closes (shutdown(SHUT_WR)) and waits for its answer, or one
+// that closes and gives up. The half-closed client reads the answer,
+// written after its FIN: the stream's response. The closed client's
+// kernel resets it: that stream had no response, and ended at the FIN.
+func TestFinBeforeTheAnswer(t *testing.T) {
+	bpftest.Require(t)
+	request := "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	sized := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	events := []string{teststack.ChunkFramed("data: a\n\n"), teststack.ChunkFramed("data: b\n\n"), "0\r\n\r\n"}
+	for _, c := range []struct {
+		name   string
+		closed bool     // the client closes, where the others half-close
+		writes []string // the answer, each its own write
+		reason EndReason
+		chunks uint32
+		bytes  uint64 // the stream's body bytes
+	}{
+		{name: "half-closed, sized", writes: []string{sized}, reason: EndClose},
+		{name: "half-closed, chunked",
+			writes: append([]string{"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"}, events...),
+			reason: EndTerminator, chunks: 2, bytes: uint64(len(strings.Join(events, "")))},
+		{name: "closed", closed: true, writes: []string{sized, sized}, reason: EndNoResponse},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			read := make(chan struct{})
+			var finSeen uint64 // when the server saw the FIN
+			addr, port, served := teststack.ServeConn(t, func(conn *net.TCPConn) error {
+				if _, err := io.ReadFull(conn, make([]byte, len(request))); err != nil {
+					return err
+				}
+				close(read)
+				if err := teststack.AwaitPeerClose(conn, 10*time.Second); err != nil {
+					return err
+				}
+				finSeen = teststack.MonotonicNow()
+				var werr error
+				for _, w := range c.writes {
+					time.Sleep(3 * time.Millisecond)
+					if _, werr = io.WriteString(conn, w); werr != nil {
+						break
+					}
+				}
+				if c.closed != (werr != nil) {
+					return fmt.Errorf("the answer's writes: %v; want an error only when the client has closed", werr)
+				}
+				return nil
+			})
+			_, rec := trace(t, port)
+			conn := dialRaw(t, addr).(*net.TCPConn)
+			sent := teststack.MonotonicNow()
+			io.WriteString(conn, request)
+			<-read
+			fin := teststack.MonotonicNow()
+			var answer []byte
+			if c.closed {
+				conn.Close()
+			} else {
+				if err := conn.CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if answer, err = io.ReadAll(conn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-served; err != nil {
+				t.Fatal(err)
+			}
+			if !c.closed && string(answer) != strings.Join(c.writes, "") {
+				t.Fatalf("the client read %q; want the answer", answer)
+			}
+			streams := rec.allEnds(t, 1)
+			var end Record
+			for _, recs := range streams {
+				if last := recs[len(recs)-1]; last.Kind == KindEnd {
+					end = last
+				}
+				// Which came first, the send hook's report or the close.
+				t.Logf("records: %v", kinds(recs))
+			}
+			if len(streams) != 1 || end.Reason != c.reason {
+				for id, recs := range streams {
+					for _, r := range recs {
+						t.Logf("stream %v: %v reason %v stats %+v", id, r.Kind, r.Reason, r.Stats)
+					}
+				}
+				t.Fatalf("%d streams, one ended %v; want 1, ended %v", len(streams), end.Reason, c.reason)
+			}
+			if end.Stats.RequestTS < sent || end.Stats.RequestTS > fin {
+				t.Errorf("request at %d; want from the request (sent at %d, read by %d)", end.Stats.RequestTS, sent, fin)
+			}
+			if c.closed {
+				if end.Stats.HeadersTS != 0 || end.Stats.EndTS < fin || end.Stats.EndTS > finSeen {
+					t.Errorf("head at %d, end at %d; want none, and the end at the FIN (sent after %d, seen by %d)",
+						end.Stats.HeadersTS, end.Stats.EndTS, fin, finSeen)
+				}
+				return
+			}
+			if h := heads(streams[end.ID]); len(h) != 1 || h[0] != "HTTP/1.1 200 OK" {
+				t.Errorf("heads %q, want the answer's 200", clip(h))
+			}
+			if end.Stats.HeadersTS < finSeen || end.Stats.Chunks != c.chunks || end.Stats.Bytes != c.bytes ||
+				end.Stats.HeadBytes != uint32(len(c.writes[0])) {
+				t.Errorf("head at %d, %d chunks, %d body bytes, head write %d bytes; want after the FIN (seen at %d), %d, %d, %d",
+					end.Stats.HeadersTS, end.Stats.Chunks, end.Stats.Bytes, end.Stats.HeadBytes, finSeen, c.chunks, c.bytes, len(c.writes[0]))
+			}
+		})
 	}
 }
 

@@ -31,6 +31,28 @@ const (
 	KindTLSHello = Kind(bpf.StreamTwStreamRecordTW_REC_TLS_HELLO)
 )
 
+func (k Kind) String() string {
+	switch k {
+	case KindRequest:
+		return "request"
+	case KindResponse:
+		return "response"
+	case KindProgress:
+		return "progress"
+	case KindEnd:
+		return "end"
+	case KindChunk:
+		return "chunk"
+	case KindBody:
+		return "body"
+	case KindTLSProc:
+		return "tls_proc"
+	case KindTLSHello:
+		return "tls_hello"
+	}
+	return "unknown"
+}
+
 // EndReason says why a stream ended.
 type EndReason uint8
 

@@ -106,12 +106,18 @@ func traceWith(t *testing.T, cfg Config) (*Tracer, *recorder) {
 // endIDs waits, at most 5 s, until n streams' responses ended (END
 // records), and returns those streams.
 func (r *recorder) endIDs(n int) map[ID]bool {
+	return r.endedIDs(n, true)
+}
+
+// endedIDs is endIDs, counting streams that ended with no response too
+// unless answered.
+func (r *recorder) endedIDs(n int, answered bool) map[ID]bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ids := map[ID]bool{}
 		r.mu.Lock()
 		for _, rec := range r.recs {
-			if rec.Kind == KindEnd && rec.Stats.HeadersTS != 0 {
+			if rec.Kind == KindEnd && (rec.Stats.HeadersTS != 0 || !answered) {
 				ids[rec.ID] = true
 			}
 		}
@@ -129,6 +135,20 @@ func (r *recorder) endIDs(n int) map[ID]bool {
 func (r *recorder) ends(t *testing.T, n int) map[ID][]Record {
 	t.Helper()
 	r.endIDs(n)
+	return r.settled(t)
+}
+
+// allEnds is ends, counting streams that ended with no response too.
+func (r *recorder) allEnds(t *testing.T, n int) map[ID][]Record {
+	t.Helper()
+	r.endedIDs(n, false)
+	return r.settled(t)
+}
+
+// settled waits 100 ms for records that should not come, and returns all
+// records grouped by stream, in arrival order.
+func (r *recorder) settled(t *testing.T) map[ID][]Record {
+	t.Helper()
 	time.Sleep(100 * time.Millisecond)
 	// Read drops what comes after a stream's END; a second END can come
 	// of a write's race with a close, another kind should not.

@@ -115,53 +115,51 @@ func BlockingWrite(c *net.TCPConn, p []byte) (int, error) {
 // AwaitUnread waits until at least n bytes wait unread in c's receive
 // queue, polling every millisecond up to timeout.
 func AwaitUnread(c *net.TCPConn, n int, timeout time.Duration) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		var unread int
-		var ierr error
-		if err := rc.Control(func(fd uintptr) { unread, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
-			return err
+	return pollSocket(c, timeout, func(fd int) (string, error) {
+		unread, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+		if err != nil || unread >= n {
+			return "", err
 		}
-		if ierr != nil {
-			return ierr
-		}
-		if unread >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d bytes unread after %v, want %d", unread, timeout, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return fmt.Sprintf("%d bytes unread, want %d", unread, n), nil
+	})
 }
+
+// tcpCloseWait is TCP_CLOSE_WAIT of the kernel's include/net/tcp_states.h,
+// as TCP_INFO reports it.
+const tcpCloseWait = 8
 
 // AwaitPeerClose waits until c's peer has closed its end, its FIN taken
 // (the socket in CLOSE_WAIT), polling every millisecond up to timeout:
 // for a test that must leave bytes unread until then.
 func AwaitPeerClose(c *net.TCPConn, timeout time.Duration) error {
+	return pollSocket(c, timeout, func(fd int) (string, error) {
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || info.State == tcpCloseWait {
+			return "", err
+		}
+		return fmt.Sprintf("TCP state %d, want CLOSE_WAIT (%d)", info.State, tcpCloseWait), nil
+	})
+}
+
+// pollSocket calls check on c's descriptor every millisecond until it
+// reports nothing left to wait for (""), fails, or timeout passes.
+func pollSocket(c *net.TCPConn, timeout time.Duration, check func(fd int) (waiting string, err error)) error {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		var info *unix.TCPInfo
-		var ierr error
-		if err := rc.Control(func(fd uintptr) { info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		var waiting string
+		var cerr error
+		if err := rc.Control(func(fd uintptr) { waiting, cerr = check(int(fd)) }); err != nil {
 			return err
 		}
-		if ierr != nil {
-			return ierr
-		}
-		if info.State == unix.BPF_TCP_CLOSE_WAIT {
-			return nil
+		if cerr != nil || waiting == "" {
+			return cerr
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("TCP state %d after %v, want CLOSE_WAIT", info.State, timeout)
+			return fmt.Errorf("%s, after %v", waiting, timeout)
 		}
 		time.Sleep(time.Millisecond)
 	}
