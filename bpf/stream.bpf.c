@@ -218,17 +218,17 @@ static __always_inline int on_send_length(const struct sock *sk, int ret, const 
  *     it; a write that waits for buffer space releases the socket too.
  *     The end waits for the socket's next write report (its bytes count
  *     if they began before the FIN) or its close (fin_ts).
- *   - With nothing queued for the request: the client half-closed and
- *     waits for its answer, or closed and gave up. The same FIN; the
- *     writes after it tell them apart, as the client's kernel resets
- *     them if it closed. They are the answer until then (shut_ts). */
+ *   - With nothing queued for the request: the client half-closed
+ *     (shutdown) and waits for its answer, or closed and gave up; the
+ *     same FIN. The answer, if one comes, is the stream's response: it
+ *     ends as any does, or when the client's kernel resets it (the
+ *     client had closed). With none, the stream ends with no response at
+ *     the socket's close. */
 static __always_inline void defer_end_at_fin(const struct sock *sk, struct stream_state *st, __u64 now)
 {
 	__u32 sent = BPF_CORE_READ((const struct tcp_sock *)sk, write_seq);
-	if (st->state == TW_ST_REQUEST && sent == st->req_seq) {
-		st->shut_ts = now;
+	if (st->state == TW_ST_REQUEST && sent == st->req_seq)
 		return;
-	}
 	st->fin_ts = now;
 	st->fin_seq = sent;
 }
@@ -264,20 +264,10 @@ static __always_inline int on_state(const struct sock *sk, int newstate)
 		end_stream(sk, st, TW_END_CLOSE, now);
 		return 0;
 	}
-	int err = BPF_CORE_READ(sk, sk_err);
-	int reset = err == ECONNRESET || err == EPIPE;
-	if (st->fin_ts) { /* no write reported after the FIN */
+	if (st->fin_ts) /* no write reported after the FIN */
 		end_stream(sk, st, TW_END_CLIENT_CLOSED, st->fin_ts);
-	} else if (st->shut_ts && st->state != TW_ST_IDLE && (reset || st->state == TW_ST_REQUEST)) {
-		/* The client's FIN came before its answer, and the answer
-		 * either never came or was reset by the client's kernel: the
-		 * client had closed, not half-closed, and read nothing
-		 * written after its FIN. No response, at the FIN. */
-		st->state = TW_ST_REQUEST;
-		st->headers_ts = 0;
-		end_stream(sk, st, TW_END_CLIENT_CLOSED, st->shut_ts);
-	}
-	end_stream(sk, st, reset ? TW_END_RESET : TW_END_CLOSE, now);
+	int err = BPF_CORE_READ(sk, sk_err);
+	end_stream(sk, st, err == ECONNRESET || err == EPIPE ? TW_END_RESET : TW_END_CLOSE, now);
 	forget(sk, moved);
 	return 0;
 }

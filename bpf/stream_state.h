@@ -75,12 +75,7 @@ struct stream_state {
 	 * record after its first request, held until the next one tells
 	 * whether it was a session ticket: its length, when it was read. */
 	__u32 held_len;
-	union {
-		__u64 held_ts;
-		/* A plaintext server's: when the client's FIN came with
-		 * nothing queued yet for the request under way (on_state). */
-		__u64 shut_ts;
-	};
+	__u64 held_ts;
 };
 _Static_assert(__builtin_offsetof(struct stream_state, gap_counts) == 64,
 	       "the fields every write touches fill one cache line");

@@ -31,6 +31,7 @@ const (
 	KindTLSHello = Kind(bpf.StreamTwStreamRecordTW_REC_TLS_HELLO)
 )
 
+// String names the kind as the tests' and logs' messages print it.
 func (k Kind) String() string {
 	switch k {
 	case KindRequest:

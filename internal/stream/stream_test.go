@@ -110,14 +110,14 @@ func (r *recorder) endIDs(n int) map[ID]bool {
 }
 
 // endedIDs is endIDs, counting streams that ended with no response too
-// unless answered.
-func (r *recorder) endedIDs(n int, answered bool) map[ID]bool {
+// unless answeredOnly.
+func (r *recorder) endedIDs(n int, answeredOnly bool) map[ID]bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ids := map[ID]bool{}
 		r.mu.Lock()
 		for _, rec := range r.recs {
-			if rec.Kind == KindEnd && (rec.Stats.HeadersTS != 0 || !answered) {
+			if rec.Kind == KindEnd && (rec.Stats.HeadersTS != 0 || !answeredOnly) {
 				ids[rec.ID] = true
 			}
 		}

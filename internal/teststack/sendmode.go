@@ -124,20 +124,35 @@ func AwaitUnread(c *net.TCPConn, n int, timeout time.Duration) error {
 	})
 }
 
-// tcpCloseWait is TCP_CLOSE_WAIT of the kernel's include/net/tcp_states.h,
-// as TCP_INFO reports it.
-const tcpCloseWait = 8
+// TCP states of the kernel's include/net/tcp_states.h, as TCP_INFO
+// reports them.
+const (
+	tcpClose     = 7
+	tcpCloseWait = 8
+)
 
 // AwaitPeerClose waits until c's peer has closed its end, its FIN taken
 // (the socket in CLOSE_WAIT), polling every millisecond up to timeout:
 // for a test that must leave bytes unread until then.
 func AwaitPeerClose(c *net.TCPConn, timeout time.Duration) error {
+	return awaitTCPState(c, tcpCloseWait, "CLOSE_WAIT", timeout)
+}
+
+// AwaitReset waits until c's connection is closed under it, by the peer's
+// reset (the socket in CLOSE), polling every millisecond up to timeout.
+func AwaitReset(c *net.TCPConn, timeout time.Duration) error {
+	return awaitTCPState(c, tcpClose, "CLOSE", timeout)
+}
+
+// awaitTCPState waits until c's socket is in the TCP state want (named
+// name), polling every millisecond up to timeout.
+func awaitTCPState(c *net.TCPConn, want uint8, name string, timeout time.Duration) error {
 	return pollSocket(c, timeout, func(fd int) (string, error) {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err != nil || info.State == tcpCloseWait {
+		if err != nil || info.State == want {
 			return "", err
 		}
-		return fmt.Sprintf("TCP state %d, want CLOSE_WAIT (%d)", info.State, tcpCloseWait), nil
+		return fmt.Sprintf("TCP state %d, want %s (%d)", info.State, name, want), nil
 	})
 }
 
