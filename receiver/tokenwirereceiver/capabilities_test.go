@@ -189,7 +189,9 @@ func TestRequiredStreamProbe(t *testing.T) {
 		require.Contains(t, o.startErr.Error(), "no hook type works on this kernel: "+string(refusal.order[0])+": ")
 	}
 	// The handshake probe did attach before the stream probe failed.
-	require.Len(t, o.logs.FilterMessage("tokenwire handshake probe attached").All(), 1)
+	attached := o.logs.FilterMessage("tokenwire handshake probe attached").All()
+	require.Len(t, attached, 1)
+	require.Equal(t, "all", attached[0].ContextMap()["ports"], "no handshake.ports: every port")
 	require.Empty(t, o.errorLogs(), "a failed Start reports through its error, not a 'runs without it' line")
 	o.shutdown(t)
 	requireNothingLoaded(t, base, "a failed Start")

@@ -25,9 +25,11 @@ func (r *tokenwireReceiver) startHandshakes(ctx context.Context) error {
 	}
 	r.handshakes = tr
 	r.hsAgg = handshakeagg.New()
-	r.set.Logger.Info("tokenwire handshake probe attached",
-		zap.String("hook", tr.Hook().Summary()),
-		zap.Ints("ports", r.cfg.Handshake.Ports))
+	ports := zap.Ints("ports", r.cfg.Handshake.Ports)
+	if len(r.cfg.Handshake.Ports) == 0 {
+		ports = zap.String("ports", "all")
+	}
+	r.set.Logger.Info("tokenwire handshake probe attached", zap.String("hook", tr.Hook().Summary()), ports)
 	r.wg.Add(1)
 	go readLoop(ctx, r, handshakeAttr, tr.Read, handshake.ErrClosed, r.hsAgg.Add)
 	return nil

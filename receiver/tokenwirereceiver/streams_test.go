@@ -482,3 +482,42 @@ func TestStreamStuckBeforeItsFirstTokenKeepsItsPort(t *testing.T) {
 	require.EqualValues(t, 0, a["tokenwire.stream.chunks"])
 	require.EqualValues(t, srv.Port, a["server.port"])
 }
+
+// A client that gives up once the head is out and before the first token
+// (a request timeout), on a server that then closes: the stream's END is
+// written at the close, when the socket has given its port back. The
+// stream keeps its server's port, on its span and on its metrics.
+func TestClientGoneBeforeItsFirstTokenKeepsItsPort(t *testing.T) {
+	bpftest.Require(t)
+	addr, port, served := teststack.ServeConn(t, func(c *net.TCPConn) error {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return err
+		}
+		return teststack.AwaitPeerClose(c, 10*time.Second) // then it closes, writing nothing more
+	})
+	s := start(t, streamConfig(int(port), 200*time.Millisecond))
+
+	conn, err := net.Dial("tcp4", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	conn.Close()
+	require.NoError(t, <-served)
+
+	require.Eventually(t, func() bool { return s.traces.SpanCount() == 1 }, 5*time.Second, 50*time.Millisecond)
+	a := s.traces.AllTraces()[0].ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().AsRaw()
+	require.Equal(t, "client_closed", a["tokenwire.stream.end_reason"])
+	require.EqualValues(t, 0, a["tokenwire.stream.chunks"])
+	require.EqualValues(t, port, a["server.port"])
+	require.Eventually(t, func() bool {
+		n, _ := histogramCount(lastEmission(s.metrics), "gen_ai.server.request.duration", map[string]any{"server.port": int64(port)})
+		return n == 1
+	}, 5*time.Second, 50*time.Millisecond, "the stream's duration on its server's port")
+}
