@@ -368,18 +368,19 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u6
 }
 
 /* ends_stream_event tells, from the last bytes of a write (t, 16 of
- * them), whether the event it ends may end a stream: the usage or the
- * finish reason of OpenAI-style chunks, Anthropic's message_delta, a
- * Responses API response.completed, TGI's details, llama.cpp's timings,
- * Ollama's final object. Cheap to tell, and rare: the bytes of such a
- * write are sent to user space, which parses them. After stripping the
- * framing (CR, LF), it is "}}" after anything but a quote (a closing
- * object, not a string: Anthropic's text deltas end '"}}'), '"}]}' (a
- * finish reason, where token chunks end 'null}]}'), or three digits and
- * "}" (Ollama's eval_duration, where its other lines end 'false}'). */
-static __always_inline int ends_stream_event(const char t[16])
+ * them, up to and including t[e]), whether the event they end may end a
+ * stream: the usage or the finish reason of OpenAI-style chunks,
+ * Anthropic's message_delta, a Responses API response.completed, TGI's
+ * details, llama.cpp's timings, Ollama's final object. Cheap to tell, and
+ * rare: the bytes of such a write are sent to user space, which parses
+ * them. After stripping the framing (CR, LF), it is "}}" after anything
+ * but a quote (a closing object, not a string: Anthropic's text deltas
+ * end '"}}'), '"}]}' (a finish reason, where token chunks end 'null}]}'),
+ * or three digits and "}" (Ollama's eval_duration, where its other lines
+ * end 'false}'). e: 15, or 8 for the chunk before a chunked terminator
+ * (ends_chunked). */
+static __always_inline int ends_stream_event(const char t[16], int e)
 {
-	int e = 15;
 	for (int i = 0; i < 5; i++) { /* "\n\n\r\n" at most, and a spare */
 		if (t[e & 15] != '\r' && t[e & 15] != '\n')
 			break;
@@ -396,7 +397,7 @@ static __always_inline int ends_stream_event(const char t[16])
 }
 
 /* ends_chunked: 16 bytes that end with a chunked terminator after the
- * last chunk's CRLF. */
+ * last chunk's CRLF: the chunk's data ends at t[8]. */
 static __always_inline int ends_chunked(const char t[16])
 {
 	return t[9] == '\r' && t[10] == '\n' && t[11] == '0' && t[12] == '\r' && t[13] == '\n' && t[14] == '\r' &&
@@ -406,19 +407,19 @@ static __always_inline int ends_chunked(const char t[16])
 /* tail_flags reads the last 16 bytes before end (of a buffer holding at
  * least 16 of the write's bytes, at most used of them): a chunked
  * terminator after the last chunk's CRLF ends the response (and the write
- * carried data); an event that may end the stream sends the write's end
- * to user space. */
+ * carried data); an event that may end the stream, the write's last or
+ * the one its terminator follows (a server that wrote its last event and
+ * ended the response in one write), sends the write's end to user space. */
 static __always_inline __u8 tail_flags(const struct sock *sk, const struct stream_state *st, const char *end,
 				       __u64 used, __u64 total)
 {
 	char t[16];
 	if (bpf_probe_read_user(t, sizeof(t), end - 16))
 		return WRITE_PEEKED;
-	if (ends_chunked(t))
-		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
-	if (response_details && ends_stream_event(t))
+	int ends = ends_chunked(t);
+	if (response_details && (ends ? ends_stream_event(t, 8) : ends_stream_event(t, 15)))
 		send_body(sk, st, TW_BODY_TAIL, end - used, used, total, 0, 1);
-	return WRITE_PEEKED;
+	return ends ? WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA : WRITE_PEEKED;
 }
 
 /* short_flags classifies a body write of ret <= 32 bytes, read whole, or
@@ -458,9 +459,20 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 		return WRITE_PEEKED;
 	if (used == 5) { /* the terminator in a buffer of its own, after the last chunk */
 		char t[5];
-		if (!bpf_probe_read_user(t, sizeof(t), base) && t[0] == '0' && t[1] == '\r' && t[2] == '\n' &&
-		    t[3] == '\r' && t[4] == '\n')
-			return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+		if (bpf_probe_read_user(t, sizeof(t), base) || t[0] != '0' || t[1] != '\r' || t[2] != '\n' ||
+		    t[3] != '\r' || t[4] != '\n')
+			return WRITE_PEEKED;
+		/* The last chunk's event, before its CRLF: Node's http module
+		 * gathers an event written in the tick that ends the response
+		 * with the terminator. */
+		if (response_details && ret - cut > 7) {
+			base = last_iov(io, ret - cut - 7, &used, &prev, &prev_len);
+			char e[16];
+			if (base && used >= 16 && !bpf_probe_read_user(e, sizeof(e), base + used - 16) &&
+			    ends_stream_event(e, 15))
+				send_body(sk, st, TW_BODY_TAIL, base, used, ret, 0, 1);
+		}
+		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 	}
 	if (used >= 16)
 		return tail_flags(sk, st, base + used, used, ret);
@@ -516,10 +528,12 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 		if (tail) {
 			char t[FRAG_TAIL];
 			read_tail(t, tail);
-			if (ends_chunked(t))
-				return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
-			if (!response_details || !ends_stream_event(t))
-				return WRITE_PEEKED;
+			/* An event that may end the stream, the write's last or
+			 * the one its terminator follows: its bytes are read from
+			 * the writer's memory (body_flags_user). */
+			int ends = ends_chunked(t);
+			if (!response_details || !ends_stream_event(t, ends ? 8 : 15))
+				return ends ? WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA : WRITE_PEEKED;
 		} else {
 			count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
 		}

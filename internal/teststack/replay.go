@@ -32,12 +32,18 @@ type Replay struct {
 	// Headers are more response headers, name and value, in order (a
 	// gateway relaying its upstream's).
 	Headers [][2]string
+	// EndWithLast ends the response in the tick that writes the last
+	// event, not an interval after it: Node's http module sends both in
+	// one writev, as it does for a handler that writes and ends at once.
+	// The Node stacks only.
+	EndWithLast bool
 }
 
 // setUp writes r where the server reads it (TW_REPLAY in env).
 func (r *Replay) setUp(dir string, env *[]string) error {
 	b, err := json.Marshal(map[string]any{"media_type": r.MediaType, "events": r.Events,
-		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6, "headers": r.Headers})
+		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6, "headers": r.Headers,
+		"end_with_last": r.EndWithLast})
 	if err != nil {
 		return err
 	}

@@ -159,6 +159,15 @@ func wireCases() []genaiCase {
 		want: genaiWant{format: "ollama", provider: genai.ProviderOllama, operation: genai.OperationChat, reqModel: "llama3.2",
 			respModel: "llama3.2", input: 26, output: 282, reasons: []string{"stop"}, chunks: 3},
 	}, {
+		name: "Ollama /api/chat, the final object in the terminator's write", path: "/api/chat",
+		body: `{"model":"llama3.2","messages":[{"role":"user","content":"why is the sky blue?"}]}`,
+		// A Go handler that returns without flushing its last line:
+		// net/http writes it with the terminator.
+		writes: join([]string{llmwire.OllamaHead + llmwire.Chunked(llmwire.OllamaChatFirst)}, chunked(llmwire.OllamaChatToken),
+			[]string{llmwire.Chunked(llmwire.OllamaChatFinal) + llmwire.LastChunk}),
+		want: genaiWant{format: "ollama", provider: genai.ProviderOllama, operation: genai.OperationChat, reqModel: "llama3.2",
+			respModel: "llama3.2", input: 26, output: 282, reasons: []string{"stop"}, chunks: 3},
+	}, {
 		name: "Ollama /api/generate, final line of 2 KiB", path: "/api/generate",
 		body:   `{"model":"llama3.2","prompt":"why is the sky blue?"}`,
 		writes: join([]string{llmwire.OllamaHead + llmwire.Chunked(llmwire.OllamaGenFirst)}, chunked(llmwire.OllamaGenFinal), []string{llmwire.LastChunk}),

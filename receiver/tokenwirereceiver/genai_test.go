@@ -185,6 +185,32 @@ func TestGenAIThroughNode(t *testing.T) {
 	require.LessOrEqual(t, gen, float64(reps[0].EndNS-ev[0])/1e9+1e-9)
 }
 
+// TestGenAILastEventWithTheEnd streams Ollama's /api/chat from a gateway
+// on Node's http module that writes the final object and ends the
+// response in one tick: one writev of size line, CRLF, object, CRLF and
+// the terminator. The final object's counts and reason are read.
+func TestGenAILastEventWithTheEnd(t *testing.T) {
+	bpftest.Require(t)
+	node := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Replay: &teststack.Replay{
+		MediaType: "application/x-ndjson", Events: []string{llmwire.OllamaChatFirst, llmwire.OllamaChatToken, llmwire.OllamaChatFinal},
+		Think: genaiThink, Interval: genaiInterval, EndWithLast: true}})
+	s := start(t, streamConfig(node.Port, 200*time.Millisecond))
+	req, err := http.NewRequest("POST", node.URL+"/api/chat",
+		strings.NewReader(`{"model":"llama3.2","messages":[{"role":"user","content":"why is the sky blue?"}]}`))
+	require.NoError(t, err)
+	fetch(t, req)
+	_, err = node.Reports(1, 10*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.traces.SpanCount() == 1 }, 10*time.Second, 20*time.Millisecond)
+	s.shutdown()
+	span := allSpans(s.traces.AllTraces())[0]
+	checkGenAISpan(t, span.Attributes(), node.Port, genaiCase{path: "/api/chat", want: genaiWant{format: "ollama",
+		provider: genai.ProviderOllama, operation: genai.OperationChat, reqModel: "llama3.2", respModel: "llama3.2",
+		input: 26, output: 282, reasons: []string{"stop"}, chunks: 3}})
+	end, _ := span.Attributes().Get("tokenwire.stream.end_reason")
+	require.Equal(t, "terminator", end.Str())
+}
+
 // TestGenAIBehindLongHeads relays Anthropic's stream with the headers its
 // API sends (about 1.1 KiB of them) through two gateways that write the
 // head and the first event (message_start: the model, id and input

@@ -21,8 +21,10 @@
 // events instead, with those response headers too, for every POST
 // whatever its path (another server's bytes, as a Node gateway relays
 // them): each its own res.write, the first after think_ms, then one
-// every interval_ms, and res.end() an interval after the last; the events
-// are all counted and carry their own end, if any.
+// every interval_ms, and res.end() an interval after the last (or in the
+// same tick with "end_with_last": true, which Node's http module sends
+// with the last event in one writev); the events are all counted and
+// carry their own end, if any.
 //
 // Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 // once the server listens, then one line per request when its response is
@@ -132,6 +134,9 @@ async function chat(req, res) {
       res.write(data);
       rec.events++;
       rec.body_bytes += Buffer.byteLength(data);
+      if (REPLAY && REPLAY.end_with_last && i === events - 1) {
+        break;
+      }
       await sleep(param('interval_ms'));
     }
     if (!gone && !REPLAY) {
