@@ -486,13 +486,15 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
  * the last 16 bytes of the buffer the syscall names, or of the last buffer
  * of a gathered write that holds data (found through the write's iterator
  * it where the hook has it: io_window). The first body write's start is
- * sent to user space. */
+ * sent to user space. known: the flags to return when the writer's
+ * buffers cannot be found (a write not made by a syscall of its own:
+ * body_flags read its end from the kernel's copy), else 0. */
 static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret,
-				       const struct iov_iter *it)
+				       const struct iov_iter *it, __u8 known)
 {
 	struct syscall_args a;
 	if (syscall_args(&a))
-		return 0;
+		return known;
 	if (ret > 32 && (a.nr == NR_WRITE || a.nr == NR_SENDTO)) {
 		if (st->chunks == 0)
 			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0, 0);
@@ -500,7 +502,7 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
 	}
 	struct user_io io;
 	if (syscall_io_of(&a, &io))
-		return 0;
+		return known;
 	if (ret <= 32)
 		return short_flags(sk, st, &io, ret, &a, it);
 	return gathered_flags(sk, st, &io, ret, &a, it);
@@ -523,22 +525,26 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
 static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret,
 				       const int sent, const struct iov_iter *it)
 {
+	__u8 ended = 0; /* the kernel's copy ends with the terminator */
 	if (ret > 32 && sent && frag_va_base && st->chunks) {
 		__u64 tail = sent_tail(sk);
 		if (tail) {
 			char t[FRAG_TAIL];
 			read_tail(t, tail);
-			/* An event that may end the stream, the write's last or
-			 * the one its terminator follows: its bytes are read from
-			 * the writer's memory (body_flags_user). */
 			int ends = ends_chunked(t);
+			if (ends)
+				ended = WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
+			/* An event that may end the stream, the write's last or
+			 * the one its terminator follows, is read from the
+			 * writer's memory; the terminator stands where that
+			 * cannot be (a write no syscall of the writer's made). */
 			if (!response_details || !ends_stream_event(t, ends ? 8 : 15))
-				return ends ? WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA : WRITE_PEEKED;
+				return ended | WRITE_PEEKED;
 		} else {
 			count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
 		}
 	}
-	return body_flags_user(sk, st, ret, it);
+	return body_flags_user(sk, st, ret, it, ended);
 }
 
 /* head_ends says whether a chunked response ends in the write of its
