@@ -329,6 +329,14 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 		}
 		r.emit(ctx)
 		r.emitSpans(ctx)
+		// Streams under way have no end to report: their chunks so far
+		// are in the metrics (PROGRESS records), but no span or duration.
+		if r.stAgg != nil {
+			if n := r.stAgg.OpenCount(); n > 0 {
+				r.set.Logger.Info("tokenwire stopped with streams under way; they get no span or duration",
+					zap.Int("streams", n))
+			}
+		}
 	}
 	r.handshakes, r.streams, r.hsAgg, r.stAgg = nil, nil, nil, nil
 	r.spareSpans = nil

@@ -74,3 +74,22 @@ func TestFirstShutdownFlushesEveryPipeline(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownSaysWhatIsUnderWay: a stream still under way at Shutdown
+// has no end to report; the log says how many there were.
+func TestShutdownSaysWhatIsUnderWay(t *testing.T) {
+	bpftest.Require(t)
+	release := make(chan struct{})
+	srv := teststack.ServeHTTP(t, &teststack.SSEServer{HeadersFirst: true, Hold: release})
+	defer close(release)
+	o := startObserved(t, shutdownConfig(srv.Port), nil, nil)
+	require.NoError(t, o.startErr)
+	go teststack.Fetch(nil, "GET", srv.URL+"/", "")
+	agg := o.recv.(*handle).r.stAgg
+	require.Eventually(t, func() bool { return agg.OpenCount() == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the stream's head reached the aggregator")
+	o.shutdown(t)
+	lines := o.logs.FilterMessage("tokenwire stopped with streams under way; they get no span or duration").All()
+	require.Len(t, lines, 1)
+	require.EqualValues(t, 1, lines[0].ContextMap()["streams"])
+}
