@@ -296,6 +296,31 @@ static __always_inline const char *last_iov(const struct user_io *io, __u64 ret,
 	return NULL;
 }
 
+/* last_long_iov finds the last buffer of io that holds 16 bytes or more,
+ * all of them among the first upto bytes io holds: a write's last event,
+ * past the chunk framing's buffers and a [DONE] event's 14 bytes. It
+ * returns the buffer's base (NULL when there is none) and sets *len to
+ * its length. */
+static __always_inline const char *last_long_iov(const struct user_io *io, __u64 upto, __u64 *len)
+{
+	const char *found = NULL;
+	__u64 off = 0;
+	*len = 0;
+	for (int i = 0; i < MAX_IOV; i++) {
+		if (i >= io->nr)
+			break;
+		__u64 n = io->iov[i].iov_len;
+		if (n > upto - off)
+			break;
+		if (n >= 16) {
+			found = io->iov[i].iov_base;
+			*len = n;
+		}
+		off += n;
+	}
+	return found;
+}
+
 /* end_flags classifies a finished write of ret bytes by its last bytes,
  * read from the syscall's buffers (io, holding all but the first cut of
  * them: io_window): the chunked terminator (alone, or after the last
@@ -462,14 +487,14 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 		if (bpf_probe_read_user(t, sizeof(t), base) || t[0] != '0' || t[1] != '\r' || t[2] != '\n' ||
 		    t[3] != '\r' || t[4] != '\n')
 			return WRITE_PEEKED;
-		/* The last chunk's event, before its CRLF: Node's http module
-		 * gathers an event written in the tick that ends the response
-		 * with the terminator. */
-		if (response_details && ret - cut > 7) {
-			base = last_iov(io, ret - cut - 7, &used, &prev, &prev_len);
+		/* The last event before it: Node's http module gathers an
+		 * event written in the tick that ends the response with the
+		 * terminator (an event two back, such as a usage chunk before
+		 * [DONE], is past the window's four buffers). */
+		if (response_details) {
+			base = last_long_iov(io, ret - cut - 5, &used);
 			char e[16];
-			if (base && used >= 16 && !bpf_probe_read_user(e, sizeof(e), base + used - 16) &&
-			    ends_stream_event(e, 15))
+			if (base && !bpf_probe_read_user(e, sizeof(e), base + used - 16) && ends_stream_event(e, 15))
 				send_body(sk, st, TW_BODY_TAIL, base, used, ret, 0, 1);
 		}
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;

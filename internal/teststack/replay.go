@@ -32,18 +32,19 @@ type Replay struct {
 	// Headers are more response headers, name and value, in order (a
 	// gateway relaying its upstream's).
 	Headers [][2]string
-	// EndWithLast ends the response in the tick that writes the last
-	// event, not an interval after it: Node's http module sends both in
-	// one writev, as it does for a handler that writes and ends at once.
-	// The Node stacks only.
-	EndWithLast bool
+	// LastTick writes the last LastTick events and ends the response in
+	// one tick, not each an interval after the one before: Node's http
+	// module sends them in one writev with the terminator, as it does for
+	// a handler that writes its usage event, [DONE] and ends at once. The
+	// Node stacks only.
+	LastTick int
 }
 
 // setUp writes r where the server reads it (TW_REPLAY in env).
 func (r *Replay) setUp(dir string, env *[]string) error {
 	b, err := json.Marshal(map[string]any{"media_type": r.MediaType, "events": r.Events,
 		"think_ms": float64(r.Think) / 1e6, "interval_ms": float64(r.Interval) / 1e6, "headers": r.Headers,
-		"end_with_last": r.EndWithLast})
+		"last_tick": r.LastTick})
 	if err != nil {
 		return err
 	}

@@ -193,7 +193,7 @@ func TestGenAILastEventWithTheEnd(t *testing.T) {
 	bpftest.Require(t)
 	node := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Replay: &teststack.Replay{
 		MediaType: "application/x-ndjson", Events: []string{llmwire.OllamaChatFirst, llmwire.OllamaChatToken, llmwire.OllamaChatFinal},
-		Think: genaiThink, Interval: genaiInterval, EndWithLast: true}})
+		Think: genaiThink, Interval: genaiInterval, LastTick: 1}})
 	s := start(t, streamConfig(node.Port, 200*time.Millisecond))
 	req, err := http.NewRequest("POST", node.URL+"/api/chat",
 		strings.NewReader(`{"model":"llama3.2","messages":[{"role":"user","content":"why is the sky blue?"}]}`))

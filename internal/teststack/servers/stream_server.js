@@ -21,10 +21,10 @@
 // events instead, with those response headers too, for every POST
 // whatever its path (another server's bytes, as a Node gateway relays
 // them): each its own res.write, the first after think_ms, then one
-// every interval_ms, and res.end() an interval after the last (or in the
-// same tick with "end_with_last": true, which Node's http module sends
-// with the last event in one writev); the events are all counted and
-// carry their own end, if any.
+// every interval_ms, and res.end() an interval after the last (or, with
+// "last_tick": N, the last N events and res.end() in one tick, which Node's
+// http module sends in one writev); the events are all counted and carry
+// their own end, if any.
 //
 // Stdout, one JSON object per line: first {"ready": true, "port": N, ...}
 // once the server listens, then one line per request when its response is
@@ -134,8 +134,8 @@ async function chat(req, res) {
       res.write(data);
       rec.events++;
       rec.body_bytes += Buffer.byteLength(data);
-      if (REPLAY && REPLAY.end_with_last && i === events - 1) {
-        break;
+      if (REPLAY && i >= events - (REPLAY.last_tick || 0)) {
+        continue;
       }
       await sleep(param('interval_ms'));
     }
