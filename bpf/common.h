@@ -25,12 +25,16 @@ static __always_inline void count(void *counters, __u32 idx)
 		*v += 1;
 }
 
-/* fill_endpoints copies a socket's addresses and ports. */
+/* fill_endpoints copies a socket's addresses and ports. A socket gives
+ * its port back as it closes (skc_num goes to 0) before the records its
+ * close writes; inet_sport keeps it. */
 static __always_inline void fill_endpoints(struct tw_endpoints *e, const struct sock *sk)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	e->family = family;
 	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!e->sport)
+		e->sport = bpf_ntohs(BPF_CORE_READ((const struct inet_sock *)sk, inet_sport));
 	e->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	e->_pad = 0;
 	if (family == AF_INET) {

@@ -511,9 +511,10 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
  * the last 16 bytes of the buffer the syscall names, or of the last buffer
  * of a gathered write that holds data (found through the write's iterator
  * it where the hook has it: io_window). The first body write's start is
- * sent to user space. known: the flags to return when the writer's
- * buffers cannot be found (a write not made by a syscall of its own:
- * body_flags read its end from the kernel's copy), else 0. */
+ * sent to user space. known: flags body_flags already read from the
+ * kernel's copy of the write's end (its terminator), which stand whatever
+ * the writer's memory gives (a window it cannot find, a read that fails),
+ * else 0. */
 static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret,
 				       const struct iov_iter *it, __u8 known)
 {
@@ -523,14 +524,14 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
 	if (ret > 32 && (a.nr == NR_WRITE || a.nr == NR_SENDTO)) {
 		if (st->chunks == 0)
 			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0, 0);
-		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
+		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret) | known;
 	}
 	struct user_io io;
 	if (syscall_io_of(&a, &io))
 		return known;
-	if (ret <= 32)
+	if (ret <= 32) /* not read from the kernel's copy: known is 0 */
 		return short_flags(sk, st, &io, ret, &a, it);
-	return gathered_flags(sk, st, &io, ret, &a, it);
+	return gathered_flags(sk, st, &io, ret, &a, it) | known;
 }
 
 /* body_flags classifies a body write of ret bytes at the least cost. A
@@ -561,8 +562,8 @@ static __always_inline __u8 body_flags(const struct sock *sk, const struct strea
 				ended = WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 			/* An event that may end the stream, the write's last or
 			 * the one its terminator follows, is read from the
-			 * writer's memory; the terminator stands where that
-			 * cannot be (a write no syscall of the writer's made). */
+			 * writer's memory; the terminator seen here stands
+			 * whatever that read gives. */
 			if (!response_details || !ends_stream_event(t, ends ? 8 : 15))
 				return ended | WRITE_PEEKED;
 		} else {

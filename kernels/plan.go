@@ -131,6 +131,7 @@ var guestOnly = []Only{
 		"TestShutdownReportsEveryEndedStream", // the last records a probe delivers at shutdown
 		"TestRequiredStreamProbe",             // the stream probe failing on a kernel: Start's error
 		"TestGenAIFormatsThroughTheKernel",    // every wire format, vLLM's on FastAPI, through the probes and the receiver
+		"TestGenAILastEventWithTheEnd",        // Node's gathered write of the last event and the terminator
 	}, Reason: "each receiver test starts a whole collector pipeline with every probe, 10-15 s a test under emulation " +
 		"with three guests at once; the receiver's own logic (pipelines, flushes, idle timeouts, self-telemetry, config, " +
 		"translation) is the same on every kernel and runs natively. " +

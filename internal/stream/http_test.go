@@ -638,7 +638,7 @@ func TestFinBeforeTheAnswer(t *testing.T) {
 			case err := <-served:
 				t.Fatalf("the server returned before it read the request: %v", err)
 			}
-			fin := teststack.MonotonicNow()
+			readBy := teststack.MonotonicNow()
 			var answer []byte
 			if c.closed {
 				conn.Close()
@@ -679,11 +679,15 @@ func TestFinBeforeTheAnswer(t *testing.T) {
 				}
 				t.Fatalf("%d streams, one ended %v; want 1, ended %v", len(streams), end.Reason, want)
 			}
-			if end.Stats.RequestTS < sent || end.Stats.RequestTS > fin {
-				t.Errorf("request at %d; want from the request (sent at %d, read by %d)", end.Stats.RequestTS, sent, fin)
+			if end.Stats.RequestTS < sent || end.Stats.RequestTS > readBy {
+				t.Errorf("request at %d; want from the request (sent at %d, read by %d)", end.Stats.RequestTS, sent, readBy)
 			}
 			if end.Stats.EndTS < finSeen {
 				t.Errorf("end at %d; want after the FIN was seen (%d)", end.Stats.EndTS, finSeen)
+			}
+			// An END written at the close: the socket had given its port back.
+			if end.Stats.Local.Port() != port {
+				t.Errorf("the END's local port %d, want the server's %d", end.Stats.Local.Port(), port)
 			}
 			if !answered {
 				if end.Stats.HeadersTS != 0 {

@@ -344,27 +344,10 @@ func (a *Aggregator) Add(rec *stream.Record) {
 		if !rec.Stats.Remote.IsValid() {
 			rec.Stats.Local, rec.Stats.Remote = o.local, o.remote
 		}
-		o.keepLocalPort(&rec.Stats)
 		delete(a.open, rec.ID)
 		a.finish(o, rec)
 		a.connEnded(rec)
 		release(o)
-	}
-}
-
-// keepLocalPort gives st, an END's, the local port the stream's earlier
-// records carried when st has none: a socket gives its port back as it
-// closes, before the END its close writes (a stream that the client's
-// FIN ended and the server's close reported).
-func (o *openStream) keepLocalPort(st *stream.Stats) {
-	if st.Local.Port() != 0 {
-		return
-	}
-	switch {
-	case o.local.Port() != 0:
-		st.Local = o.local
-	case !o.cl.client && o.port != 0:
-		st.Local = netip.AddrPortFrom(st.Local.Addr(), o.port)
 	}
 }
 

@@ -2,6 +2,7 @@ package tokenwirereceiver
 
 import (
 	"context"
+	"fmt"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -25,11 +26,11 @@ func (r *tokenwireReceiver) startHandshakes(ctx context.Context) error {
 	}
 	r.handshakes = tr
 	r.hsAgg = handshakeagg.New()
-	ports := zap.Ints("ports", r.cfg.Handshake.Ports)
-	if len(r.cfg.Handshake.Ports) == 0 {
-		ports = zap.String("ports", "all")
+	ports := "all"
+	if len(r.cfg.Handshake.Ports) > 0 {
+		ports = fmt.Sprint(r.cfg.Handshake.Ports)
 	}
-	r.set.Logger.Info("tokenwire handshake probe attached", zap.String("hook", tr.Hook().Summary()), ports)
+	r.set.Logger.Info("tokenwire handshake probe attached", zap.String("hook", tr.Hook().Summary()), zap.String("ports", ports))
 	r.wg.Add(1)
 	go readLoop(ctx, r, handshakeAttr, tr.Read, handshake.ErrClosed, r.hsAgg.Add)
 	return nil

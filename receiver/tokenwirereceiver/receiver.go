@@ -329,11 +329,13 @@ func (r *tokenwireReceiver) stop(ctx context.Context, flush bool) error {
 		}
 		r.emit(ctx)
 		r.emitSpans(ctx)
-		// Streams under way have no end to report: their chunks so far
-		// are in the metrics (PROGRESS records), but no span or duration.
+		// Streams whose end was not seen (under way, waiting for their
+		// response, or whose END was lost and the idle timeout has not
+		// passed) have no end to report: their chunks so far are in the
+		// metrics (PROGRESS records), but no span or duration.
 		if r.stAgg != nil {
 			if n := r.stAgg.OpenCount(); n > 0 {
-				r.set.Logger.Info("tokenwire stopped with streams under way; they get no span or duration",
+				r.set.Logger.Info("tokenwire stopped with streams whose end it had not seen; they get no span or duration",
 					zap.Int("streams", n))
 			}
 		}

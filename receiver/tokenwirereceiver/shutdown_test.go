@@ -89,7 +89,7 @@ func TestShutdownSaysWhatIsUnderWay(t *testing.T) {
 	require.Eventually(t, func() bool { return agg.OpenCount() == 1 }, 5*time.Second, 10*time.Millisecond,
 		"the stream's head reached the aggregator")
 	o.shutdown(t)
-	lines := o.logs.FilterMessage("tokenwire stopped with streams under way; they get no span or duration").All()
+	lines := o.logs.FilterMessage("tokenwire stopped with streams whose end it had not seen; they get no span or duration").All()
 	require.Len(t, lines, 1)
 	require.EqualValues(t, 1, lines[0].ContextMap()["streams"])
 }
