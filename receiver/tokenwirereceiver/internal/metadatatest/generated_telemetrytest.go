@@ -240,7 +240,7 @@ func AssertEqualReceiverTokenwireStreamsSkipped(t *testing.T, tt *componenttest.
 func AssertEqualReceiverTokenwireTLSConnections(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_tls_connections",
-		Description: "Connections that began with a TLS ClientHello (a server's on watched ports, a client's to client ports), by mode: tls (read as plaintext: a server's whose process was probed as it began, a client's once a call of it was read) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). [Development]",
+		Description: "Connections that began with a TLS ClientHello (a server's on watched ports, a client's to client ports), by mode: tls (read as plaintext: a server's whose process was probed as it began, a client's once a call of it was read) or opaque (timed from TLS record headers: no probed library, streams.tls off, the process found only at this connection, or no room in the state map). Counted once per connection: a client's counts as tls once any of its calls was read, though calls before that are opaque spans; HTTP/2 read as plaintext counts as tls, though its streams are opaque. [Development]",
 		Unit:        "{connection}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
