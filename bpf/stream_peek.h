@@ -493,9 +493,8 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
 		 * [DONE], is past the window's four buffers). */
 		if (response_details) {
 			base = last_long_iov(io, ret - cut - 5, &used);
-			char e[16];
-			if (base && !bpf_probe_read_user(e, sizeof(e), base + used - 16) && ends_stream_event(e, 15))
-				send_body(sk, st, TW_BODY_TAIL, base, used, ret, 0, 1);
+			if (base)
+				tail_flags(sk, st, base + used, used, ret);
 		}
 		return WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
 	}
