@@ -35,8 +35,11 @@ const volatile __u64 frag_va_base = 0;
 
 /* sent_tail returns the kernel address of the last FRAG_TAIL bytes of the
  * write the current task just made on sk, or 0 where they are not known
- * to be in its page fragment. sk is a BTF pointer. */
-static __always_inline __u64 sent_tail(const struct sock *sk)
+ * to be in its page fragment. sk is a BTF pointer. room gets the bytes of
+ * the fragment's page up to the write's end: TCP copies a write into it
+ * byte after byte, from offset 0 of a fresh page, so the write's last
+ * min(its length, room) bytes end at the tail's end. */
+static __always_inline __u64 sent_tail(const struct sock *sk, __u64 *room)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	const struct pt_regs *regs = stack_top_regs(task);
@@ -48,7 +51,11 @@ static __always_inline __u64 sent_tail(const struct sock *sk)
 	const struct inet_connection_sock *icsk =
 		bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct inet_connection_sock));
 	__u64 zerocopy = 1ULL << bpf_core_enum_value(enum sock_flags, SOCK_ZEROCOPY);
-	if (icsk->icsk_ulp_ops || (icsk->icsk_inet.sk.__sk_common.skc_flags & zerocopy))
+	/* Not copied there, or not as one write: zerocopy, kTLS (an ULP), and
+	 * a socket in a sockmap (its psock in sk_user_data), whose writes
+	 * tcp_bpf copies first and then hands TCP a piece at a time. */
+	if (icsk->icsk_ulp_ops || (icsk->icsk_inet.sk.__sk_common.skc_flags & zerocopy) ||
+	    icsk->icsk_inet.sk.sk_user_data)
 		return 0;
 	const void *frag = &task->task_frag;
 	if (bpf_core_field_exists(sk->sk_use_task_frag) && !icsk->icsk_inet.sk.sk_use_task_frag)
@@ -60,6 +67,7 @@ static __always_inline __u64 sent_tail(const struct sock *sk)
 	__u64 end = *(const __u32 *)(f + bpf_core_field_offset(struct page_frag, offset));
 	if (!page || end < FRAG_TAIL)
 		return 0;
+	*room = end;
 	return frag_va_base + page * PAGE_STRUCT_SIZE + end - FRAG_TAIL;
 }
 

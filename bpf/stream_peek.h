@@ -402,7 +402,9 @@ static __always_inline __u8 sent_flags(const struct user_io *io, __u64 ret, __u6
  * but a quote (a closing object, not a string: Anthropic's text deltas
  * end '"}}'), '"}]}' (a finish reason, where token chunks end 'null}]}'),
  * or three digits and "}" (Ollama's eval_duration, where its other lines
- * end 'false}'). e: 15, or 8 for the chunk before a chunked terminator
+ * end 'false}'); or "[DONE]" (its callers look at writes of more than 32
+ * bytes: such a one holds an event before it too, a usage chunk gathered
+ * with it). e: 15, or 8 for the chunk before a chunked terminator
  * (ends_chunked). */
 static __always_inline int ends_stream_event(const char t[16], int e)
 {
@@ -411,9 +413,13 @@ static __always_inline int ends_stream_event(const char t[16], int e)
 			break;
 		e--;
 	}
-	if (e < 4 || t[e & 15] != '}')
+	if (e < 4)
 		return 0;
 	char c1 = t[(e - 1) & 15], c2 = t[(e - 2) & 15], c3 = t[(e - 3) & 15];
+	if (t[e & 15] == ']')
+		return c1 == 'E' && c2 == 'N' && c3 == 'O';
+	if (t[e & 15] != '}')
+		return 0;
 	if (c1 == '}' && c2 != '"')
 		return 1;
 	if (c1 == ']' && c2 == '}' && c3 == '"')
@@ -510,35 +516,52 @@ static __always_inline __u8 gathered_flags(const struct sock *sk, const struct s
  * the last 16 bytes of the buffer the syscall names, or of the last buffer
  * of a gathered write that holds data (found through the write's iterator
  * it where the hook has it: io_window). The first body write's start is
- * sent to user space. known: flags body_flags already read from the
- * kernel's copy of the write's end (its terminator), which stand whatever
- * the writer's memory gives (a window it cannot find, a read that fails),
- * else 0. */
+ * sent to user space. */
 static __noinline __u8 body_flags_user(const struct sock *sk, const struct stream_state *st, __u64 ret,
-				       const struct iov_iter *it, __u8 known)
+				       const struct iov_iter *it)
 {
 	struct syscall_args a;
 	if (syscall_args(&a))
-		return known;
+		return 0;
 	if (ret > 32 && (a.nr == NR_WRITE || a.nr == NR_SENDTO)) {
 		if (st->chunks == 0)
 			send_body(sk, st, TW_BODY_FIRST, (const char *)a.arg1, ret, ret, 0, 0);
-		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret) | known;
+		return tail_flags(sk, st, (const char *)a.arg1 + ret, ret, ret);
 	}
 	struct user_io io;
 	if (syscall_io_of(&a, &io))
-		return known;
-	if (ret <= 32) /* not read from the kernel's copy: known is 0 */
+		return 0;
+	if (ret <= 32)
 		return short_flags(sk, st, &io, ret, &a, it);
-	return gathered_flags(sk, st, &io, ret, &a, it) | known;
+	return gathered_flags(sk, st, &io, ret, &a, it);
+}
+
+/* send_copied_tail sends the end of a body write of ret bytes from the
+ * kernel's copy of it (tail: the address of its last FRAG_TAIL bytes, in
+ * a page that holds at least its last TW_PEEK_MAX), as tail_flags sends
+ * it from the writer's memory: its last TW_PEEK_MAX bytes. */
+static __always_inline void send_copied_tail(const struct sock *sk, const struct stream_state *st, __u64 tail,
+					     __u64 ret)
+{
+	struct payload_buf *b = payload_start(sk, st, TW_REC_BODY, TW_BODY_TAIL, ret);
+	if (!b)
+		return;
+	__u64 n = read_size(ret > TW_PEEK_MAX ? TW_PEEK_MAX : ret, TW_PEEK_MAX);
+	b->h.offset = ret - n;
+	if (bpf_probe_read_kernel(b->data, n, (const void *)(tail + FRAG_TAIL - n))) {
+		count(&tw_st_counters, TW_ST_COUNTER_UNREAD);
+		return;
+	}
+	b->h.id.len = n;
+	payload_output(b, sizeof(b->h) + n, 0);
 }
 
 /* body_flags classifies a body write of ret bytes at the least cost. A
  * short write (where terminators and [DONE] events are: up to 32 bytes)
  * is read whole. Of a longer one only the last 16 bytes are read: from
- * the kernel's copy where sent_tail found them (tail), and then the
- * writer's memory only for an event that may end the stream (its bytes go
- * to user space); otherwise straight from the buffer the syscall names
+ * the kernel's copy where sent_tail found them (tail), which also gives
+ * the write's end to user space when it holds an event that may end the
+ * stream (send_copied_tail); otherwise straight from the buffer the syscall names
  * (write, sendto: no other read), or from the last buffer of a gathered
  * write that holds data (not just the CRLF after a chunk's data). The
  * first body write's start goes to user space too (the first event: the
@@ -550,26 +573,31 @@ static __noinline __u8 body_flags_user(const struct sock *sk, const struct strea
 static __always_inline __u8 body_flags(const struct sock *sk, const struct stream_state *st, __u64 ret,
 				       const int sent, const struct iov_iter *it)
 {
-	__u8 ended = 0; /* the kernel's copy ends with the terminator */
 	if (ret > 32 && sent && frag_va_base && st->chunks) {
-		__u64 tail = sent_tail(sk);
+		__u64 room = 0;
+		__u64 tail = sent_tail(sk, &room);
 		if (tail) {
 			char t[FRAG_TAIL];
 			read_tail(t, tail);
 			int ends = ends_chunked(t);
-			if (ends)
-				ended = WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA;
-			/* An event that may end the stream, the write's last or
-			 * the one its terminator follows, is read from the
-			 * writer's memory; the terminator seen here stands
-			 * whatever that read gives. */
+			__u8 flags = ends ? WRITE_PEEKED | WRITE_TERMINATOR | WRITE_DATA : WRITE_PEEKED;
 			if (!response_details || !ends_stream_event(t, ends ? 8 : 15))
-				return ended | WRITE_PEEKED;
-		} else {
-			count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
+				return flags;
+			/* An event that may end the stream, the write's last or
+			 * the one its terminator follows: the write's end goes
+			 * to user space, from the same copy; from the writer's
+			 * memory when the write began on the fragment's previous
+			 * page and this one holds less of it than a record takes
+			 * (one write in 32 KiB that a thread writes), one call
+			 * of body_flags_user for both ways. */
+			if (room >= ret || room >= TW_PEEK_MAX) {
+				send_copied_tail(sk, st, tail, ret);
+				return flags;
+			}
 		}
+		count(&tw_st_counters, TW_ST_COUNTER_TAIL_FROM_USER);
 	}
-	return body_flags_user(sk, st, ret, it, ended);
+	return body_flags_user(sk, st, ret, it);
 }
 
 /* head_ends says whether a chunked response ends in the write of its

@@ -197,7 +197,7 @@ enum tw_stream_counter {
 	TW_ST_COUNTER_TLS,             /* connections that began with a TLS ClientHello */
 	TW_ST_COUNTER_TLS_PLAIN,       /* of those, plaintext-driven: a server's in a probed process, a client's once a call of it is read */
 	TW_ST_COUNTER_TLS_NO_ROOM,     /* of those, no room in tw_st_socks for uprobes to reach their state: opaque */
-	TW_ST_COUNTER_UNREAD,          /* request or response heads not sent: the application's buffer was not in memory */
+	TW_ST_COUNTER_UNREAD,          /* request, response head or body records not sent: the bytes could not be read */
 	TW_ST_COUNTER_TAIL_FROM_USER,  /* body writes whose last bytes were read from the writer's memory: not found in the kernel's copy */
 	TW_ST_COUNTER_SHED,            /* request and body records not sent: the ring was fuller than payload_room */
 	TW_ST_COUNTER_MAX,

@@ -111,7 +111,7 @@ var hookRunOnly = []Only{
 		"TestClientAbortEndsThePartialStream", // the state hook ending a stream mid-response
 		"TestEarlyCloseMakesNoGhostStream",    // the send hook's report against the client's FIN
 		"TestFinBeforeTheReportOfTheResponse", // a FIN before the report of the response's only write
-		"TestFinBeforeTheAnswer",              // a closed client's reset against the send hook's report
+		"TestClosedClientsAnswer",             // a closed client's reset against the send hook's report
 		"TestNodeQueueEndsAtItsTerminator",    // a write of 13 buffers: its end from the kernel's copy or the iterator, or missed
 	}, Reason: "the tests of what differs between hook types: the ready, receive, send and state hooks, the order of " +
 		"the send hook's report against the state hook, and how a write of more than eight buffers is read (the " +

@@ -327,7 +327,8 @@ int BPF_PROG(tw_pt_3_copy, struct sock *sk, int ret)
 {
 	if (ret <= 0 || !watched(sk) || state(sk))
 		return 0;
-	__u64 tail = sent_tail(sk);
+	__u64 room = 0;
+	__u64 tail = sent_tail(sk, &room);
 	if (!tail)
 		return 0;
 	char t[FRAG_TAIL];

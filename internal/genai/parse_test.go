@@ -204,6 +204,9 @@ func TestFirstBodyLost(t *testing.T) {
 		want want
 	}{
 		{llmwire.Chunked(llmwire.VLLMChatUsage), want{FormatOpenAI, llmwire.VLLMChatModel, llmwire.VLLMChatID, 12, 28, -1, nil, true, ""}},
+		// Node's gathered write of the usage chunk, [DONE] and the terminator.
+		{llmwire.Chunked(llmwire.VLLMChatUsage) + llmwire.Chunked(llmwire.SSEDone) + llmwire.LastChunk,
+			want{FormatOpenAI, llmwire.VLLMChatModel, llmwire.VLLMChatID, 12, 28, -1, nil, true, ""}},
 		{llmwire.Chunked(llmwire.OllamaChatFinal), want{FormatOllama, "llama3.2", "", 26, 282, -1, []string{"stop"}, true, ""}},
 		{llmwire.Chunked(llmwire.OllamaGenFinal), want{FormatOllama, "", "", 26, 259, -1, nil, false, ""}},
 		{llmwire.Chunked(llmwire.TGIFinal), want{FormatTGI, "", "", 7, 20, -1, []string{"eos_token"}, true, ""}},

@@ -379,3 +379,33 @@ func TestCommMatchIgnoresTheOldNamesTail(t *testing.T) {
 		}
 	}
 }
+
+// TestClientReadOfTheLastEvents: a client (this process, by pid) reads a
+// server's usage chunk, [DONE] and the chunked terminator, written in one
+// write, in one read: the read's end goes to user space with the usage
+// chunk in it, as a server's write of them does
+// (TestUsageGatheredWithTheEnd).
+func TestClientReadOfTheLastEvents(t *testing.T) {
+	bpftest.Require(t)
+	usage := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":12,"total_tokens":40,"completion_tokens":28}}` + "\n\n"
+	last := teststack.ChunkFramed(usage) + teststack.ChunkFramed("data: [DONE]\n\n") + "0\r\n\r\n"
+	port := writesServer(t, [][][]byte{frame("data: 0\n\n"), {[]byte(last)}})
+	cfg := testConfig(1)
+	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Pids: []uint32{uint32(os.Getpid())}}
+	_, rec := traceWith(t, cfg)
+	getEvents(t, port)
+	streams := rec.ends(t, 1)
+	e := requireCompleted(t, streams, 1)[0]
+	if !e.Stats.Client() || e.Reason != EndTerminator {
+		t.Errorf("END: client %v, reason %v; want a client's, ended by the terminator", e.Stats.Client(), e.Reason)
+	}
+	var tails []string
+	for _, r := range streams[e.ID] {
+		if r.Kind == KindBody && r.Flags&BodyTail != 0 {
+			tails = append(tails, string(r.Data))
+		}
+	}
+	if len(tails) != 1 || tails[0] != last {
+		t.Errorf("tails %q; want one, the last read's %d bytes", tails, len(last))
+	}
+}

@@ -23,16 +23,19 @@ type Counters struct {
 	// as it began, a client's once a call of it was read), TLSNoRoom
 	// those that could not be for want of room in the state map.
 	TLS, TLSPlain, TLSNoRoom uint64
-	// Unread counts request and response heads not sent to user space
-	// because the application's buffer was not in memory when the probe
-	// read it (a page being migrated or collapsed into a huge page): the
+	// Unread counts request and response heads and body records not sent
+	// to user space because the application's buffer was not in memory
+	// when the probe read it (a page being migrated or collapsed into a
+	// huge page), or the kernel's copy of a write could not be read: the
 	// stream is measured, its request or response details are missing.
 	Unread uint64
 	// TailFromUser counts body writes whose last bytes were read from the
 	// writer's memory where the kernel's copy is the programs' way
 	// (TailSource): the copy was not there to read (a socket with zerocopy
-	// or an upper layer such as kTLS, a send call other than write,
-	// writev, sendto or sendmsg, a fragment with fewer than 16 bytes).
+	// or an upper layer such as kTLS, or in a sockmap, a send call other
+	// than write, writev, sendto or sendmsg, a fragment with fewer than 16
+	// bytes of the write, or fewer than 512 of a write whose end looks
+	// like the stream's: the write began on the fragment's previous page).
 	TailFromUser uint64
 	// Shed counts request and body records not sent because the ring
 	// buffer was three quarters full: its last quarter is kept for the

@@ -22,9 +22,10 @@ import (
 // send syscall: at most one write per stream is read from its memory
 // (the fragment may move to a new page once in a stream this short). The
 // streams are exact either way: every event a chunk, the last one with
-// the terminator in one write (as Node's res.end(data) makes it), the event that may end the stream sent to
-// user space from the writer's buffer. Kernels without the kfunc read the
-// writer's memory and say why.
+// the terminator in one write (as Node's res.end(data) makes it), the
+// event that may end the stream sent to user space (from the kernel's copy
+// where it is read). Kernels without the kfunc read the writer's memory
+// and say why.
 func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
 	bpftest.Require(t)
 	base, baseErr := DirectMapBase()

@@ -84,7 +84,7 @@ func AssertEqualReceiverTokenwirePayloadsShed(t *testing.T, tt *componenttest.Te
 func AssertEqualReceiverTokenwirePayloadsUnread(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_payloads_unread",
-		Description: "Request and response heads the stream probe could not read from the application's memory: a page of its buffer was not mapped at that moment (being migrated, or collapsed into a huge page), and BPF cannot fault it in. Their streams are measured; their request or response details (server.address, model, token usage) are missing. [Development]",
+		Description: "Request slices, response heads and body records the stream probe could not read: a page of the application's buffer was not mapped at that moment (being migrated, or collapsed into a huge page), and BPF cannot fault it in; or the kernel's copy of a write could not be read. Their streams are measured; their request or response details (server.address, model, token usage) are missing. [Development]",
 		Unit:        "{payload}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -286,7 +286,7 @@ func AssertEqualReceiverTokenwireTLSTargets(t *testing.T, tt *componenttest.Tele
 func AssertEqualReceiverTokenwireWriteTailsFromUser(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_tokenwire_write_tails_from_user",
-		Description: "Response body writes (after a stream's first) whose last bytes the stream probe read from the writing process's memory although it reads them from the kernel's copy on this kernel (the startup log's write_tails says which): a socket with zerocopy or kTLS, a send call other than write, writev, sendto or sendmsg, or a page fragment with fewer than 16 bytes. Each costs a user-memory read; it stays 0 where the kernel's copy is not used. [Development]",
+		Description: "Response body writes (after a stream's first) whose last bytes the stream probe read from the writing process's memory although it reads them from the kernel's copy on this kernel (the startup log's write_tails says which): a socket with zerocopy or kTLS or in a sockmap, a send call other than write, writev, sendto or sendmsg, a page fragment with fewer than 16 bytes of the write, or with fewer than 512 of a write whose end looks like the stream's (it began on the fragment's previous page). Each costs a user-memory read; it stays 0 where the kernel's copy is not used. [Development]",
 		Unit:        "{write}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
