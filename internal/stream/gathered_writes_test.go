@@ -216,7 +216,8 @@ func TestUsageGatheredWithTheEnd(t *testing.T) {
 		}
 	}
 	if !fromCopy {
-		// The writer's memory: the last four buffers, [DONE]'s.
+		// The writer's memory: through the iterator (fexit, kretprobe)
+		// the last four buffers, [DONE]'s; at the other hooks none.
 		t.Logf("sent by %s, tails from %s: the usage is not read (tails %q)", sent, tr.TailSource(), tails)
 		for _, tail := range tails {
 			if bytes.Contains(tail, []byte(`"usage"`)) {
