@@ -30,7 +30,8 @@ func TestLargeRequestInOneReadIsCaptured(t *testing.T) {
 			cfg := testConfig(port)
 			cfg.RequestCaptureBytes = uint32(budget)
 			want := request[:min(budget, len(request))]
-			if got := capturedRequest(t, cfg, port, request); string(got) != want {
+			_, rec := traceWith(t, cfg)
+			if got := capturedRequest(t, rec, port, request); string(got) != want {
 				t.Errorf("captured %d bytes, want the first %d of the request in order (got == want: %v)", len(got), len(want), string(got) == want)
 			}
 		})

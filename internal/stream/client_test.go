@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/teststack"
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 )
 
 // TestClientCallIsMeasured: curl (another process) calls a server on a
@@ -388,8 +389,7 @@ func TestCommMatchIgnoresTheOldNamesTail(t *testing.T) {
 // (TestUsageGatheredWithTheEnd).
 func TestClientReadOfTheLastEvents(t *testing.T) {
 	bpftest.Require(t)
-	usage := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":12,"total_tokens":40,"completion_tokens":28}}` + "\n\n"
-	last := teststack.ChunkFramed(usage) + teststack.ChunkFramed("data: [DONE]\n\n") + "0\r\n\r\n"
+	last := llmwire.Chunked(llmwire.VLLMChatUsage) + llmwire.Chunked(llmwire.SSEDone) + llmwire.LastChunk
 	port := writesServer(t, [][][]byte{frame("data: 0\n\n"), {[]byte(last)}})
 	cfg := testConfig(1)
 	cfg.Clients = ClientConfig{RemotePorts: []uint16{port}, Pids: []uint32{uint32(os.Getpid())}}

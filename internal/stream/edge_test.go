@@ -56,7 +56,7 @@ func TestHeadersThenEventsInSeparateWrites(t *testing.T) {
 	const think = 60 * time.Millisecond
 	raw := teststack.ServeRaw(t, think, 15*time.Millisecond, events)
 	addr, port := raw.Addr, raw.Port
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	if err := teststack.Fetch(nil, "GET", "http://"+addr+"/stream", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestLargeChunkIsOneChunk(t *testing.T) {
 	events := []string{"data: " + big + "\n\n", "data: small\n\n"}
 	raw := teststack.ServeRaw(t, 10*time.Millisecond, 20*time.Millisecond, events)
 	addr, port := raw.Addr, raw.Port
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	if err := teststack.Fetch(nil, "GET", "http://"+addr+"/", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestClientAbortEndsThePartialStream(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: 10 * time.Millisecond, Interval: 20 * time.Millisecond, Events: 50, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	conn, err := net.Dial("tcp4", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestKeepAliveRequestsAreSeparateStreams(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 4, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	for range 3 {
 		if err := teststack.Fetch(client, "POST", "http://"+addr+"/", "{}"); err != nil {
@@ -172,7 +172,7 @@ func TestConcurrentStreamsAllReported(t *testing.T) {
 	const n, events = 200, 10
 	srv := &teststack.SSEServer{Think: 20 * time.Millisecond, Interval: 20 * time.Millisecond, Events: events, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, rec := trace(t, port)
+	tr, rec := traceWith(t, testConfig(port))
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: n, MaxIdleConnsPerHost: n}}
 	if err := teststack.FetchAll(client, n, "GET", "http://"+addr+"/", ""); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestSocketStateIsRemovedOnClose(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: time.Millisecond, Events: 2, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, rec := trace(t, port)
+	tr, rec := traceWith(t, testConfig(port))
 	for range 20 {
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 		if err := teststack.Fetch(client, "GET", "http://"+addr+"/", ""); err != nil {
@@ -268,7 +268,7 @@ func TestDoneEventInAChunkedBody(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: 5 * time.Millisecond, Interval: 5 * time.Millisecond, Events: 4, HeadersFirst: true, Done: teststack.DoneFlushed}
 	addr, port := serve(t, srv)
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	if err := teststack.Fetch(nil, "GET", "http://"+addr+"/", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestChunkedResponseInOneWriteEnds(t *testing.T) {
 				url, client = srv.URL, cert.HTTPClient(true)
 			} else {
 				addr, port := serve(t, h)
-				_, rec = trace(t, port)
+				rec = trace(t, port)
 				url, client = "http://"+addr, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			}
 			const calls = 3

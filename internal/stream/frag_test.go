@@ -50,9 +50,8 @@ func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
 		if byUser && baseErr != nil {
 			continue // the only way here
 		}
-		// One tracer per tail source, and a server per send syscall on its
-		// own port, one stream at a time: a probe load costs seconds in
-		// the kernel matrix's emulated guests.
+		// A server per send syscall on its own port, one stream at a
+		// time.
 		t.Run(fmt.Sprintf("tailByUser=%v", byUser), func(t *testing.T) {
 			srvs := make([]*teststack.ChunkedServer, len(modes))
 			ports := make([]uint16, len(modes))
@@ -60,9 +59,8 @@ func TestWriteTailsFromTheKernelsCopy(t *testing.T) {
 				srvs[i] = teststack.NewChunkedServer(mode, events, final)
 				ports[i] = srvs[i].Serve(t)
 			}
-			cfg := testConfig(ports...)
-			cfg.tailByUser = byUser
-			tr, rec := traceWith(t, cfg)
+			rec := traceTails(t, byUser, ports...)
+			tr := rec.tr
 			t.Logf("write tails from %s", tr.TailSource())
 			seen := map[ID]bool{}
 			for i, mode := range modes {
@@ -158,17 +156,14 @@ func TestZerocopyWritesAreReadFromTheWriter(t *testing.T) {
 		send(unix.MSG_ZEROCOPY, append(frame(teststack.OpenAIEvent(events)), []byte("0\r\n\r\n"))...)
 		io.Copy(io.Discard, c)
 	})
-	tr, rec := trace(t, port)
+	rec := trace(t, port)
+	before := counters(t, rec.tr)
 	conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
 	io.WriteString(conn, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
 	readChunked(t, bufio.NewReader(conn))
 	e := requireCompleted(t, rec.ends(t, 1), 1)[0]
 	if e.Stats.Chunks != events+1 || e.Reason != EndTerminator {
 		t.Errorf("%d chunks, end %v; want %d chunks ended by the terminator", e.Stats.Chunks, e.Reason, events+1)
-	}
-	c, err := tr.Counters()
-	if err != nil {
-		t.Fatal(err)
 	}
 	// Every body write but the first (whose start goes to user space
 	// from the writer's buffer anyway); none counted where the writer's
@@ -177,8 +172,8 @@ func TestZerocopyWritesAreReadFromTheWriter(t *testing.T) {
 	if _, err := DirectMapBase(); err != nil {
 		want = 0
 	}
-	if c.TailFromUser != want {
-		t.Errorf("%d body writes counted as read from the writer's memory; want %d", c.TailFromUser, want)
+	if n := counters(t, rec.tr).TailFromUser - before.TailFromUser; n != want {
+		t.Errorf("%d body writes counted as read from the writer's memory; want %d", n, want)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/hook"
 	"github.com/tokenwire/tokenwire/internal/teststack"
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 )
 
 // writesServer answers one request with a chunked SSE head, then each
@@ -106,9 +107,7 @@ func TestTerminatorsInGatheredWrites(t *testing.T) {
 		for _, byUser := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/tailByUser=%v", c.name, byUser), func(t *testing.T) {
 				port := writesServer(t, c.writes)
-				cfg := testConfig(port)
-				cfg.tailByUser = byUser
-				_, rec := traceWith(t, cfg)
+				rec := traceTails(t, byUser, port)
 				getEvents(t, port)
 				e := requireCompleted(t, rec.ends(t, 1), 1)[0]
 				if e.Stats.Chunks != c.chunks || e.Stats.Bytes != c.bytes || e.Reason != EndTerminator {
@@ -148,9 +147,8 @@ func TestNodeQueueEndsAtItsTerminator(t *testing.T) {
 	for _, byUser := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tailByUser=%v", byUser), func(t *testing.T) {
 			port := writesServer(t, writes)
-			cfg := testConfig(port)
-			cfg.tailByUser = byUser
-			tr, rec := traceWith(t, cfg)
+			rec := traceTails(t, byUser, port)
+			tr := rec.tr
 			sent := sentHook(t, tr)
 			before := counters(t, tr)
 			conn := getEvents(t, port)
@@ -185,11 +183,11 @@ func TestNodeQueueEndsAtItsTerminator(t *testing.T) {
 // docs/genai.md says, and the counts are the server's all the same.
 func TestUsageGatheredWithTheEnd(t *testing.T) {
 	bpftest.Require(t)
-	usage := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":12,"total_tokens":40,"completion_tokens":28}}` + "\n\n"
-	last := append(append(nodeChunk(usage), nodeChunk("data: [DONE]\n\n")...), []byte("0\r\n\r\n"))
+	last := append(append(nodeChunk(llmwire.VLLMChatUsage), nodeChunk(llmwire.SSEDone)...), []byte(llmwire.LastChunk))
 	writes := [][][]byte{frame("data: 0\n\n"), frame("data: 1\n\n"), last}
 	port := writesServer(t, writes)
-	tr, rec := trace(t, port)
+	rec := trace(t, port)
+	tr := rec.tr
 	sent := sentHook(t, tr)
 	before := counters(t, tr)
 	conn := getEvents(t, port)
@@ -274,7 +272,7 @@ func TestNodeStreamsEndAtTheirTerminator(t *testing.T) {
 	bpftest.Require(t)
 	srv := teststack.ServeStack(t, teststack.StackNodeHTTP, teststack.StackOptions{Events: 4,
 		Think: 10 * time.Millisecond, Interval: 5 * time.Millisecond})
-	_, rec := trace(t, uint16(srv.Port))
+	rec := trace(t, uint16(srv.Port))
 	client := &teststack.SDKClient{SDK: teststack.SDKPython, Addr: srv.Addr}
 	defer client.Close()
 	var sent []uint64

@@ -107,7 +107,7 @@ func readChunked(t *testing.T, br *bufio.Reader) *http.Response {
 func TestInterimContinueIsNotTheHead(t *testing.T) {
 	bpftest.Require(t)
 	addr, port := serve(t, sseEvents(3, nil))
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	c := dialRaw(t, addr)
 	body := `{"messages":[{"role":"user","content":"hi"}],"model":"m-100"}`
 	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
@@ -143,7 +143,7 @@ func TestEarlyHintsAreNotTheHead(t *testing.T) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.Header().Del("Link")
 	}))
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/hints")
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestPipelinedRequestsAreSeparateStreams(t *testing.T) {
 				}
 			})
 			addr, port := serve(t, srv)
-			_, rec := trace(t, port)
+			rec := trace(t, port)
 			conn := dialRaw(t, addr)
 			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
 			post := "POST /two HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n"
@@ -278,7 +278,7 @@ func TestWriteReportedAfterTheNextRequest(t *testing.T) {
 				}
 				return nil
 			})
-			_, rec := trace(t, port)
+			rec := trace(t, port)
 			conn := dialRaw(t, addr)
 			sent1 := teststack.MonotonicNow()
 			io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -349,7 +349,7 @@ func TestUnreportedResponseDoesNotShiftTheNextStream(t *testing.T) {
 		_, err = c.ReadFrom(f) // sendfile(2)
 		return err
 	})
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	conn := dialRaw(t, addr)
 	br := bufio.NewReader(conn)
 	io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -453,7 +453,7 @@ func TestFinBeforeTheReportOfTheResponse(t *testing.T) {
 				}
 				return nil
 			})
-			_, rec := trace(t, port)
+			rec := trace(t, port)
 			conn := dialRaw(t, addr).(*net.TCPConn)
 			sent := teststack.MonotonicNow()
 			io.WriteString(conn, request+c.unread)
@@ -547,7 +547,7 @@ func TestFinWithRequestBytesUnreadIsNoRequest(t *testing.T) {
 		}
 		return nil
 	})
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	conn := dialRaw(t, addr)
 	io.WriteString(conn, request+"{}")
 	readChunked(t, bufio.NewReader(conn))
@@ -649,7 +649,7 @@ func finBeforeTheAnswer(t *testing.T, c finCase) {
 		}
 		return nil
 	})
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	conn := dialRaw(t, addr).(*net.TCPConn)
 	sent := teststack.MonotonicNow()
 	if _, err := io.WriteString(conn, finRequest); err != nil {
@@ -771,7 +771,7 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 	bpftest.Require(t)
 	srv := &teststack.SSEServer{Think: time.Millisecond, Interval: 3 * time.Millisecond, Events: 3, Done: teststack.DoneFlushed, HeadersFirst: true}
 	addr, port := serve(t, srv)
-	tr, rec := trace(t, port)
+	rec := trace(t, port)
 	const n = 20
 	for range n {
 		c := dialRaw(t, addr)
@@ -799,13 +799,14 @@ func TestEarlyCloseMakesNoGhostStream(t *testing.T) {
 		// emulation): then the FIN ends it, with the same 3 chunks.
 		if e.Stats.Chunks != 3 || e.Reason != EndTerminator && e.Reason != EndClientClosed {
 			t.Errorf("stream %v: %d chunks, end %v; want 3 ended by [DONE] (or the client's close)", e.ID, e.Stats.Chunks, e.Reason)
-			logStream(t, tr, streams[e.ID])
+			logStream(t, rec.tr, streams[e.ID])
 		}
 	}
 }
 
-// logStream logs a stream's records and the tracer's counters, for a
-// failure that depends on what the kernel could read.
+// logStream logs a stream's records and the tracer's counters (a shared
+// tracer's: since the package's first test), for a failure that depends
+// on what the kernel could read.
 func logStream(t *testing.T, tr *Tracer, recs []Record) {
 	t.Helper()
 	for _, r := range recs {
@@ -823,7 +824,7 @@ func TestCloseDelimitedResponse(t *testing.T) {
 	events := []string{"data: a\n\n", "data: b\n\n", "data: c\n\n", "data: d\n\n"}
 	raw := teststack.ServeRaw(t, time.Millisecond, 3*time.Millisecond, events)
 	addr, port := raw.Addr, raw.Port
-	_, rec := trace(t, port)
+	rec := trace(t, port)
 	c := dialRaw(t, addr)
 	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	body, err := io.ReadAll(c)
@@ -850,7 +851,7 @@ func TestPeekedRequestIsCapturedOnce(t *testing.T) {
 		io.ReadFull(c, buf[:len(request)])
 		answerOneEvent(c)
 	})
-	if got := capturedRequest(t, testConfig(port), port, request); string(got) != request {
+	if got := capturedRequest(t, trace(t, port), port, request); string(got) != request {
 		t.Errorf("request captured as %q, want it once: %q", got, request)
 	}
 }
@@ -877,12 +878,11 @@ func answerOneEvent(c net.Conn) {
 	io.Copy(io.Discard, c)
 }
 
-// capturedRequest opens a tracer with cfg, sends request to the server on
-// port over a new connection, reads its chunked answer, and returns what
-// the kernel captured of the request of the one stream that completed.
-func capturedRequest(t *testing.T, cfg Config, port uint16, request string) []byte {
+// capturedRequest sends request to the server on port over a new
+// connection, reads its chunked answer, and returns what rec's tracer
+// captured of the request of the one stream that completed.
+func capturedRequest(t *testing.T, rec *recorder, port uint16, request string) []byte {
 	t.Helper()
-	_, rec := traceWith(t, cfg)
 	c := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", port))
 	io.WriteString(c, request)
 	readChunked(t, bufio.NewReader(c))
@@ -935,7 +935,7 @@ func TestChunkedAnywhereInTheHead(t *testing.T) {
 		writes[fmt.Sprintf("/%d", i)] = c.writes
 	}
 	srv := teststack.ServeScript(t, writes)
-	_, rec := trace(t, srv.Port)
+	rec := trace(t, srv.Port)
 	for i := range cases {
 		c := dialRaw(t, srv.Addr)
 		fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: x\r\n\r\n", i)

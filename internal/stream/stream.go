@@ -113,6 +113,10 @@ type Config struct {
 	// even where uprobe_multi links work (tests: the way kernels before
 	// 6.6 need).
 	tlsPerfLinks bool
+	// portsInMap keeps even a short port list in tw_st_ports, where it
+	// can change while the probe is loaded (tests: one probe serves the
+	// servers of many tests).
+	portsInMap bool
 }
 
 // HookPoint is a kernel event the probe attaches to, and what attached.
@@ -276,7 +280,7 @@ func (t *Tracer) attach(cfg Config, inSocket bool, order []hook.Kind) error {
 	// A short port list lives in .rodata (no lookup per event); a longer
 	// one in the tw_st_ports array.
 	var roPorts [maxROPorts]uint16
-	inMap := len(cfg.Ports) > maxROPorts
+	inMap := len(cfg.Ports) > maxROPorts || cfg.portsInMap
 	if !inMap {
 		copy(roPorts[:], cfg.Ports)
 	}

@@ -55,18 +55,40 @@ func testConfig(ports ...uint16) Config {
 	}
 }
 
-// recorder keeps every record of a tracer, by stream.
+// recorder keeps the records of a test's streams, in arrival order.
 type recorder struct {
-	tr   *Tracer
-	mu   sync.Mutex
-	recs []Record
-	done chan struct{}
+	// tr is the tracer that reads them: the test's own, or the shared
+	// one (trace).
+	tr *Tracer
+	// lateOthers is tr's count of late records (not ENDs) when the
+	// recorder began.
+	lateOthers uint64
+	// readErr, for a shared tracer, says what stopped its reader.
+	readErr func() error
+	// since is when a shared tracer began to watch the test's ports
+	// (kernel monotonic ns): streams that began earlier are not the
+	// test's.
+	since uint64
+	mu    sync.Mutex
+	recs  []Record
 }
 
+// add keeps a copy of rec.
+func (r *recorder) add(rec *Record) {
+	cp := *rec
+	cp.Data = append([]byte(nil), rec.Data...)
+	r.mu.Lock()
+	r.recs = append(r.recs, cp)
+	r.mu.Unlock()
+}
+
+// record keeps every record of tr, the test's own tracer, until the test
+// ends, and closes tr then.
 func record(t *testing.T, tr *Tracer) *recorder {
-	r := &recorder{tr: tr, done: make(chan struct{})}
+	r := &recorder{tr: tr}
+	done := make(chan struct{})
 	go func() {
-		defer close(r.done)
+		defer close(done)
 		var rec Record
 		for {
 			if err := tr.Read(&rec); err != nil {
@@ -75,25 +97,17 @@ func record(t *testing.T, tr *Tracer) *recorder {
 				}
 				return
 			}
-			cp := rec
-			cp.Data = append([]byte(nil), rec.Data...)
-			r.mu.Lock()
-			r.recs = append(r.recs, cp)
-			r.mu.Unlock()
+			r.add(&rec)
 		}
 	}()
-	t.Cleanup(func() { tr.Close(); <-r.done })
+	t.Cleanup(func() { tr.Close(); <-done })
 	return r
 }
 
-// trace opens a tracer with the tests' configuration on ports and records
-// what it reads until the test ends.
-func trace(t *testing.T, ports ...uint16) (*Tracer, *recorder) {
-	t.Helper()
-	return traceWith(t, testConfig(ports...))
-}
-
-// traceWith is trace with a configuration of the test's own.
+// traceWith opens a tracer of the test's own with cfg, and records what it
+// reads until the test ends. Tests that read the tracer's counters or
+// state, or need another configuration than testConfig's, use it;
+// the others share one tracer (trace).
 func traceWith(t *testing.T, cfg Config) (*Tracer, *recorder) {
 	t.Helper()
 	tr, err := Open(cfg)
@@ -152,8 +166,13 @@ func (r *recorder) settled(t *testing.T) map[ID][]Record {
 	time.Sleep(100 * time.Millisecond)
 	// Read drops what comes after a stream's END; a second END can come
 	// of a write's race with a close, another kind should not.
-	if _, others := r.tr.LateRecords(); others != 0 {
-		t.Errorf("%d records (not ENDs) came after their stream's END", others)
+	if _, others := r.tr.LateRecords(); others != r.lateOthers {
+		t.Errorf("%d records (not ENDs) came after their stream's END", others-r.lateOthers)
+	}
+	if r.readErr != nil {
+		if err := r.readErr(); err != nil {
+			t.Errorf("the shared tracer's Read: %v", err)
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -181,8 +200,8 @@ func TestSSEStreamIsMeasuredExactly(t *testing.T) {
 			srv := &teststack.SSEServer{Think: 80 * time.Millisecond, Interval: 20 * time.Millisecond, Gaps: testGaps,
 				Events: len(testGaps) + 2, HeadersFirst: headersFirst}
 			addr, port := serve(t, srv)
-			tr, rec := trace(t, port)
-			for _, p := range tr.HookPoints() {
+			rec := trace(t, port)
+			for _, p := range rec.tr.HookPoints() {
 				t.Logf("%s: %s", p.Name, p.Choice.Summary())
 			}
 

@@ -20,7 +20,7 @@ func TestEverySendSyscall(t *testing.T) {
 			events := [][]byte{[]byte("data: a\n\n"), []byte("data: {\"token\":\"bb\"}\n\n"), []byte("data: " + strings.Repeat("c", 100) + "\n\n")}
 			srv := teststack.NewChunkedServer(mode, events, [][]byte{[]byte("0\r\n\r\n")})
 			port := srv.Serve(t)
-			_, rec := trace(t, port)
+			rec := trace(t, port)
 			body := teststack.SlowGet(t, port, false)
 			<-srv.Calls
 			<-srv.BeforeFinal
@@ -61,7 +61,7 @@ func TestPartialWritesAreJudgedByWhatWasSent(t *testing.T) {
 			last = append(last, "\r\n0\r\n\r\n"...)
 			srv := teststack.NewChunkedServer(mode, [][]byte{[]byte("data: first\n\n")}, [][]byte{last})
 			port := srv.Serve(t)
-			_, rec := trace(t, port)
+			rec := trace(t, port)
 			body := teststack.SlowGet(t, port, true)
 			calls := <-srv.Calls
 			beforeFinal := <-srv.BeforeFinal
@@ -101,7 +101,7 @@ func TestLongPortLists(t *testing.T) {
 			for i := range n - 1 {
 				ports = append(ports, uint16(1000+i)) // privileged ports this test never serves
 			}
-			_, rec := trace(t, append(ports, port)...)
+			_, rec := traceWith(t, testConfig(append(ports, port)...))
 			teststack.SlowGet(t, port, false)
 			<-srv.Calls
 			<-srv.BeforeFinal
