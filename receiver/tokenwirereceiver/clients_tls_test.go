@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/tokenwire/tokenwire/internal/bpftest"
 	"github.com/tokenwire/tokenwire/internal/genai"
 	"github.com/tokenwire/tokenwire/internal/teststack"
+	"github.com/tokenwire/tokenwire/internal/teststack/llmwire"
 )
 
 // tlsClientsConfig measures the TLS calls to remotePort as a client's,
@@ -591,4 +593,46 @@ func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, address string, p
 		require.GreaterOrEqual(t, ttfc, clientTTFCFloor(tlsThink, "opaque"))
 		require.LessOrEqual(t, ttfc, calls[i].wait)
 	}
+}
+
+// TestGoTLSClientReadsTheUsageWithTheEnd: a vLLM chat stream whose server
+// writes the usage chunk and [DONE] without a flush between them, as a
+// handler that returns after them does: net/http writes them with the
+// chunked terminator in one write, crypto/tls in one record, and the
+// client's crypto/tls hands it over in one read. That read ends with
+// [DONE] and the terminator, and its end, the usage in it, goes to user
+// space: the call's span has the server's token counts.
+func TestGoTLSClientReadsTheUsageWithTheEnd(t *testing.T) {
+	bpftest.Require(t)
+	cert := teststack.MakeTLSCert(t)
+	srv := teststack.ServeHTTPS(t, cert, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		time.Sleep(tlsThink)
+		for _, ev := range []string{llmwire.VLLMChatFirst, llmwire.VLLMChatToken, llmwire.VLLMChatFinish} {
+			io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+			time.Sleep(clientEventInterval)
+		}
+		io.WriteString(w, llmwire.VLLMChatUsage)
+		io.WriteString(w, llmwire.SSEDone)
+	}))
+	cfg := tlsClientsConfig(srv.Port)
+	cfg.Streams.Clients.Pids = []int{os.Getpid()}
+	s := startTLSReceiver(t, cfg)
+	probeSelf(t, s, srv.Addr, cert)
+
+	run := chat(t, cert.HTTPClient(true), srv.URL)
+	require.Len(t, run.eventNS, 4, "the three events and the usage chunk")
+	require.Eventually(t, func() bool { return s.traces.SpanCount() >= 1 }, 10*time.Second, 20*time.Millisecond)
+	s.stop()
+	spans := clientSpans(t, s.traces)
+	require.Len(t, spans, 1)
+	a := spans[0].Attributes().AsRaw()
+	t.Logf("span %s: %v", spans[0].Name(), a)
+	require.Equal(t, "tls", a[attrStreamMode])
+	require.Equal(t, "terminator", a["tokenwire.stream.end_reason"])
+	require.Equal(t, llmwire.VLLMChatModel, a[genai.AttrResponseModel])
+	require.EqualValues(t, 12, a[genai.AttrUsageInputTokens], "the usage chunk's prompt_tokens")
+	require.EqualValues(t, 28, a[genai.AttrUsageOutputTokens], "the usage chunk's completion_tokens")
 }
