@@ -101,9 +101,9 @@ type Only struct {
 // hookRunOnly: forced runs of these packages take a fixed core, so that
 // the matrix does not grow with every test the suites gain (a stream
 // probe load takes 8-9 s under emulation with one guest, 20-35 s with
-// three at once; the stream tests that only read records share one load
-// per run, the others load their own; for each of 3 kernels and 4 forced
-// types).
+// three at once; the stream tests that only read records share a load
+// per run and write-tail source, the others load their own; for each of
+// 3 kernels and 4 forced types).
 var hookRunOnly = []Only{
 	{Dir: "internal/stream", Tests: []string{
 		"TestHooksInUse",                      // what attached at each point (HOOKS lines)

@@ -15,9 +15,9 @@ import (
 // (trace, traceTails). Loading the probe is most of such a test's time in
 // an emulated guest (the verifier walks the write program's hundreds of
 // thousands of instructions), so the package loads it once for all of
-// them. Its port list is in tw_st_ports: each test watches its own
-// servers' ports while it runs, and the records of their connections go
-// to its recorder.
+// them (once per write-tail source: two loads). Its port list is in
+// tw_st_ports: each test watches its own servers' ports while it runs,
+// and the records of their connections go to its recorder.
 type sharedTracer struct {
 	tailByUser bool
 
@@ -145,10 +145,13 @@ func (s *sharedTracer) open() {
 }
 
 // route finds the recorder of rec's connection: its owner, or for a
-// connection not seen yet the test that watches its port, if the stream
-// began after the test began to watch it (a test's server may have the
-// port of an earlier test's, whose last records can still be on their
-// way).
+// connection not seen yet the test that watches its port, if the record
+// is of a stream after the test began to watch (a payload record made
+// since; a PROGRESS or END of a request read since, or without one, of an
+// end since): a test's server may have the port of an earlier test's,
+// whose last records can still be on their way. A CHUNK carries no
+// endpoints: it goes where the records of its connection went, and
+// nowhere before one of them.
 func (s *sharedTracer) route(rec *Record) *recorder {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -158,9 +161,7 @@ func (s *sharedTracer) route(rec *Record) *recorder {
 	}
 	port, began := rec.Port, rec.TS
 	switch rec.Kind {
-	case KindProgress, KindEnd, KindChunk:
-		// A CHUNK's endpoints are not filled in: its connection is
-		// found by a record before or after it.
+	case KindProgress, KindEnd:
 		port, began = rec.Stats.Local.Port(), cmp.Or(rec.Stats.RequestTS, rec.Stats.EndTS)
 	}
 	r := s.byPort[port]
@@ -180,7 +181,9 @@ func (s *sharedTracer) readError() error {
 	return s.readErr
 }
 
-// watchPort starts (on) or stops tracking the new connections to port.
+// watchPort starts (on) or stops the probe's readiness, read and write
+// programs on port's connections, open ones included; the state program
+// still ends and forgets a connection of an unwatched port at its close.
 func (s *sharedTracer) watchPort(port uint16, on bool) error {
 	if err := s.tr.maps.TwStPorts.Put(uint32(port), boolByte(on)); err != nil {
 		return fmt.Errorf("watching port %d (%v): %w", port, on, err)

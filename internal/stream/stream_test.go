@@ -61,7 +61,10 @@ type recorder struct {
 	// one (trace).
 	tr *Tracer
 	// lateOthers is tr's count of late records (not ENDs) when the
-	// recorder began.
+	// recorder began. On a shared tracer, a late record of the previous
+	// test's streams that its reader takes after this count would be
+	// blamed on this test: such records come microseconds after their
+	// END, which comes at the previous test's end at the latest.
 	lateOthers uint64
 	// readErr, for a shared tracer, says what stopped its reader.
 	readErr func() error

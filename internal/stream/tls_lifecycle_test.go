@@ -55,8 +55,10 @@ func TestTLSUprobesLeaveNothingBehind(t *testing.T) {
 		}
 	}
 	// Each cycle is a probe load (seconds in the kernel matrix's emulated
-	// guests), and the check after them is exact: a leak of any cycle
-	// shows.
+	// guests). The check after them is exact, so a leak that every cycle
+	// makes shows; a leak of a rare race between Close and the TLS scans
+	// shows less often than in more cycles: the price of the matrix's
+	// time.
 	const cycles = 8
 	for i := range cycles {
 		cfg := tlsTestConfig(t, true, uint16(srv.Port))

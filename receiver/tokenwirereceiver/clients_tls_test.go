@@ -597,8 +597,8 @@ func checkOpaqueClientCalls(t *testing.T, spans []ptrace.Span, address string, p
 
 // TestGoTLSClientReadsTheUsageWithTheEnd: a vLLM chat stream whose server
 // writes the usage chunk and [DONE] without a flush between them, as a
-// handler that returns after them does: net/http writes them with the
-// chunked terminator in one write, crypto/tls in one record, and the
+// handler that returns after them does: net/http writes them (one HTTP
+// chunk) with the chunked terminator in one write, crypto/tls in one record, and the
 // client's crypto/tls hands it over in one read. That read ends with
 // [DONE] and the terminator, and its end, the usage in it, goes to user
 // space: the call's span has the server's token counts.
